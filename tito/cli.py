@@ -1,0 +1,46 @@
+"""The ``tito`` command line: ``serve``, ``mock-engine`` (and later ``rollout``, ...).
+
+Each subcommand's flags are declared by the module that implements it, through an
+``add_arguments(parser)`` / ``run(args)`` pair, so ``tito X --help`` documents every flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module implementing add_arguments/run, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("tito.server.main", "run the TITO gateway HTTP server"),
+    "mock-engine": ("tito.engines.mock", "run an SGLang-compatible scriptable mock engine"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tito",
+        description="TITO Gateway: exact tokens of multi-turn agent rollouts for RL trainers.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    result = args._module.run(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

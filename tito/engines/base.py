@@ -1,0 +1,88 @@
+"""The engine protocol: token ids in, token ids (and their logprobs) out.
+
+Every engine (SGLang, vLLM, the embedded CPU engine, the mock) implements :class:`Engine`.
+The gateway never sends text to an engine and never trusts engine text: ``output_ids``
+are the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+PauseMode = Literal["retract", "abort", "in_place"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Explicit sampling settings, always sent in full (engines' defaults differ)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(slots=True)
+class GenerateResult:
+    """What one generation produced. ``logprobs[i]`` belongs to ``output_ids[i]``."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    matched_stop: int | str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    weight_version: str | None = None
+    routed_experts: bytes | None = None
+    e2e_latency: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.output_ids) != len(self.logprobs):
+            from tito.errors import EngineError
+
+            raise EngineError(
+                f"engine returned {len(self.output_ids)} output ids but "
+                f"{len(self.logprobs)} logprobs"
+            )
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An inference engine reached with token ids."""
+
+    name: str
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        params: SamplingParams,
+        rid: str,
+        *,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
+    ) -> GenerateResult:
+        """Generate one completion for ``input_ids``; raise :class:`tito.errors.EngineError`."""
+        ...
+
+    async def abort(self, rid: str) -> None:
+        """Abort the in-flight request ``rid`` (no error if it already finished)."""
+        ...
+
+    async def pause(self, mode: PauseMode = "retract") -> None: ...
+
+    async def resume(self) -> None: ...
+
+    async def health(self) -> bool: ...
+
+    async def close(self) -> None: ...

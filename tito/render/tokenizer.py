@@ -1,0 +1,133 @@
+"""Loading a tokenizer and its chat template from a local folder, offline.
+
+We use the ``tokenizers`` library directly (no ``transformers``): it is what HF fast
+tokenizers run underneath, it loads in milliseconds and it encodes without Python
+overhead on the hot path. Supported folder layouts:
+
+- ``tokenizer.json`` (+ optional ``tokenizer_config.json``, ``chat_template.jinja``);
+- ``vocab.json`` + ``merges.txt`` + ``special_tokens.json`` (a byte-level BPE rebuilt
+  from GGUF metadata, e.g. SmolLM2), with individual-digit splitting as llama.cpp's
+  ``smollm`` pre-tokenizer does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers
+
+from tito.errors import BadRequest
+
+
+@dataclass
+class Tokenizer:
+    """A thin, typed wrapper around :class:`tokenizers.Tokenizer`."""
+
+    backend: tokenizers.Tokenizer
+    chat_template: str | None = None
+    eos_token: str | None = None
+    name: str = ""
+    special_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_backend(
+        cls, backend: tokenizers.Tokenizer, *, chat_template: str | None, eos_token: str | None,
+        name: str = "",
+    ) -> Tokenizer:
+        special = frozenset(
+            idx for idx, tok in backend.get_added_tokens_decoder().items() if tok.special
+        )
+        return cls(backend, chat_template, eos_token, name, special)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special-token text is recognised, nothing is inserted."""
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, idx: int) -> str | None:
+        return self.backend.id_to_token(idx)
+
+    def require_id(self, token: str) -> int:
+        idx = self.backend.token_to_id(token)
+        if idx is None:
+            raise ValueError(f"tokenizer {self.name!r} has no token {token!r}")
+        return idx
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+
+def _read_template(folder: Path, config: dict) -> str | None:
+    for name in ("chat_template.jinja",):
+        if (folder / name).is_file():
+            return (folder / name).read_text()
+    template = config.get("chat_template")
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        for entry in template:
+            if entry.get("name") == "default":
+                return entry["template"]
+        return template[0]["template"] if template else None
+    return template
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _rebuild_bpe(folder: Path) -> tuple[tokenizers.Tokenizer, str | None]:
+    """A byte-level BPE from ``vocab.json``/``merges.txt`` (GGUF-extracted vocabularies)."""
+    bpe = models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    tok = tokenizers.Tokenizer(bpe)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    eos = None
+    special_file = folder / "special_tokens.json"
+    if special_file.is_file():
+        meta = json.loads(special_file.read_text())
+        names = [t["content"] for t in meta.get("non_normal_tokens", [])]
+        tok.add_special_tokens([tokenizers.AddedToken(n, special=True, normalized=False)
+                                for n in names])
+        eos_id = meta.get("eos_token_id")
+        if eos_id is not None:
+            eos = tok.id_to_token(eos_id)
+    return tok, eos
+
+
+def load_tokenizer(path: str | Path, *, chat_template: str | Path | None = None) -> Tokenizer:
+    """Load the tokenizer (and chat template) in ``path``; ``chat_template`` overrides it."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise BadRequest(f"tokenizer folder {str(folder)!r} does not exist")
+    config: dict = {}
+    if (folder / "tokenizer_config.json").is_file():
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    if (folder / "tokenizer.json").is_file():
+        backend = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+        eos = _token_text(config.get("eos_token"))
+    elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        backend, eos = _rebuild_bpe(folder)
+    else:
+        raise BadRequest(
+            f"no tokenizer in {str(folder)!r}: expected tokenizer.json or vocab.json + merges.txt"
+        )
+    template = _read_template(folder, config)
+    if chat_template is not None:
+        template = Path(chat_template).read_text()
+    return Tokenizer.from_backend(backend, chat_template=template, eos_token=eos, name=folder.name)
