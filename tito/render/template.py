@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tito.errors import TokenizationError
