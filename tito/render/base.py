@@ -61,6 +61,8 @@ class FamilySpec:
     """The template kwarg that switches thinking on and off (e.g. ``enable_thinking``)."""
     max_trailing_trim: int = 0
     """Declared trailing trim: stored ids the next turn's junction may drop."""
+    assistant_start: str | None = None
+    """Text that opens an assistant turn (classifies comparator mismatches)."""
 
 
 def normalize_messages(messages: Sequence[Message]) -> list[Message]:
@@ -190,7 +192,7 @@ class TemplateRenderer:
             dummy["tool_calls"] = previous["tool_calls"]
         return dummy
 
-    def _junction_text(self, base_text: str) -> tuple[str | None, str]:
+    def junction_text(self, base_text: str) -> tuple[str | None, str]:
         """(stop text found at the end of the dummy assistant, text after it) or (None, "")."""
         best: tuple[int, str] | None = None
         for stop in self.stop_texts:
@@ -239,7 +241,7 @@ class TemplateRenderer:
                 code="template_not_append_only",
             )
         diff = full_text[len(base_text) :]
-        stop_text, junction = self._junction_text(base_text)
+        stop_text, junction = self.junction_text(base_text)
         drop = 0
         if stop_text is None:
             # The stop token doubles as the next message's opener (GLM): drop the stored one.
@@ -268,7 +270,7 @@ class TemplateRenderer:
                 "its generation prompt (e.g. reasoning with thinking disabled)"
             )
         text = full[len(prompt) :]
-        stop_text, _ = self._junction_text(text)
+        stop_text, _ = self.junction_text(text)
         if stop_text is not None:
             text = text[: text.rfind(stop_text) + len(stop_text)]
             return self.tokenizer.encode(text)

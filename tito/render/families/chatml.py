@@ -18,6 +18,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
     spec = FamilySpec(
         name="chatml",
         template=template or bundled_template("chatml_tools.jinja"),
+        assistant_start="<|im_start|>assistant",
         stop_tokens=("<|im_end|>",),
     )
     return TemplateRenderer(tokenizer, spec, HermesParser(tokenizer))

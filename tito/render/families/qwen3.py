@@ -20,6 +20,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         name="qwen3",
         template=template or bundled_template("qwen3.jinja"),
         pinned_kwargs={"clear_thinking": False},
+        assistant_start="<|im_start|>assistant",
         stop_tokens=("<|im_end|>", "<|endoftext|>"),
         thinking_kwarg="enable_thinking",
     )

@@ -1,0 +1,364 @@
+"""End to end: `tito serve` + `tito mock-engine` processes, the real openai SDK and httpx.
+
+Every turn's TITO invariant is checked on the ids the engine really received (the mock's
+request log), and the collected sample is compared with them bit for bit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from tito.samples import decode_samples
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "calculator", "description": "Math.",
+     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}},
+]
+
+
+@pytest.fixture
+def stack(qwen3_stack: Any) -> Any:
+    engine, gateway = qwen3_stack
+    httpx.delete(engine.url + "/mock/requests")
+    return engine, gateway
+
+
+def new_session(gateway_url: str) -> str:
+    resp = httpx.post(gateway_url + "/sessions")
+    assert resp.status_code == 200
+    sid = resp.json()["session_id"]
+    assert len(sid) == 32 and int(sid, 16) >= 0
+    return sid
+
+
+def client_for(gateway_url: str, sid: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway_url}/sessions/{sid}/v1", api_key="unused",
+                         max_retries=0)
+
+
+def as_message(choice_message: Any) -> dict[str, Any]:
+    """What an agent sends back: the SDK message dumped (reasoning_content included)."""
+    return choice_message.model_dump(exclude_none=True)
+
+
+def engine_log(engine_url: str) -> list[dict[str, Any]]:
+    return httpx.get(engine_url + "/mock/requests").json()
+
+
+def collect(gateway_url: str, sid: str, **body: Any) -> Any:
+    resp = httpx.post(f"{gateway_url}/sessions/{sid}/samples", json=body)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"] == "application/octet-stream"
+    return decode_samples(resp.content)
+
+
+def assert_tito_chain(log: list[dict[str, Any]], trim: int = 0) -> None:
+    for prev, cur in itertools.pairwise(log):
+        stored = prev["input_ids"] + prev["output_ids"]
+        stored = stored[: len(stored) - trim] if trim else stored
+        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
+
+
+def test_six_turn_tool_agent_exact_sample(stack: Any) -> None:
+    engine, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a weather bot."},
+        {"role": "user", "content": 'THINK I need the weather\nCALL get_weather {"city": "Paris"}'},
+    ]
+    # Turn 1: thinking on, single tool call.
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert msg.tool_calls[0].function.name == "get_weather"
+    assert json.loads(msg.tool_calls[0].function.arguments) == {"city": "Paris"}
+    assert getattr(msg, "reasoning_content", None) == "I need the weather"
+    messages.append(as_message(msg))
+    # Turn 2: the tool result asks for two parallel calls.
+    messages.append({"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content":
+                     'CALL calculator {"expression": "2+2"}\n'
+                     'CALL get_weather {"city": "Tokyo"}'})
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    msg = r.choices[0].message
+    assert [c.function.name for c in msg.tool_calls] == ["calculator", "get_weather"]
+    messages.append(as_message(msg))
+    # Turn 3: two tool results, thinking off for this request.
+    messages += [{"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "4"},
+                 {"role": "tool", "tool_call_id": msg.tool_calls[1].id,
+                  "content": "SAY It is 4, and sunny in Tokyo."}]
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                       extra_body={"chat_template_kwargs":
+                                                   {"enable_thinking": False}})
+    assert r.choices[0].message.content == "It is 4, and sunny in Tokyo."
+    assert r.choices[0].finish_reason == "stop"
+    messages.append(as_message(r.choices[0].message))
+    # Turn 4: a user follow-up.
+    messages.append({"role": "user", "content": "THINK follow up\nSAY Anything else?"})
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    messages.append(as_message(r.choices[0].message))
+    # Turn 5: a system reminder + user.
+    messages += [{"role": "system", "content": "Reminder: be brief."},
+                 {"role": "user", "content": "SAY Brief."}]
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    messages.append(as_message(r.choices[0].message))
+    # Turn 6: plain user turn with the default reply.
+    messages.append({"role": "user", "content": "thanks"})
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    assert r.usage.completion_tokens > 0
+
+    log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
+    assert len(log) == 6
+    assert_tito_chain(log)
+    # Turn 3 ran with thinking off: its prompt ends with the empty think block.
+    assert log[2]["input_ids"][-4:] != log[3]["input_ids"][-4:]
+
+    decoded = collect(gateway.url, sid)
+    assert decoded.empty_reason is None and len(decoded.samples) == 1
+    sample = decoded.samples[0]
+    final = log[-1]["input_ids"] + log[-1]["output_ids"]
+    assert sample.tokens.dtype == np.int64 and sample.tokens.tolist() == final
+    assert sample.status == "completed"
+    prompt0 = len(log[0]["input_ids"])
+    assert sample.response_length == len(final) - prompt0
+    # Loss mask is 1 exactly on generated positions; logprobs equal the engine's.
+    expected_mask = np.zeros(len(final), dtype=np.uint8)
+    expected_lp = np.zeros(len(final), dtype=np.float32)
+    for entry in log:
+        start = len(entry["input_ids"])
+        end = start + len(entry["output_ids"])
+        expected_mask[start:end] = 1
+        expected_lp[start:end] = np.asarray(entry["logprobs"], dtype=np.float32)
+    assert sample.loss_mask.tolist() == expected_mask[prompt0:].tolist()
+    assert np.array_equal(sample.rollout_log_probs, expected_lp[prompt0:])
+    strict_classes = ("special_token_count", "special_token_type", "non_assistant_text")
+    mismatches = sample.metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in strict_classes], mismatches
+    assert decoded.session_metadata["num_turns"] == 6
+
+
+def test_stream_and_non_stream_equivalent(stack: Any) -> None:
+    _engine, gateway = stack
+    prompt = [{"role": "user", "content": 'THINK hmm\nCALL get_weather {"city": "Oslo"}\n'
+               'CALL calculator {"expression": "1+1"}'}]
+    results = []
+    for stream in (False, True):
+        sid = new_session(gateway.url)
+        client = client_for(gateway.url, sid)
+        if stream:
+            chunks = list(client.chat.completions.create(model="m", messages=prompt,
+                                                         tools=TOOLS, stream=True))
+            assert len(chunks) == 1
+            delta = chunks[0].choices[0].delta
+            calls = [(c.index, c.function.name, json.loads(c.function.arguments))
+                     for c in delta.tool_calls]
+            results.append((delta.content, getattr(delta, "reasoning_content", None), calls,
+                            chunks[0].choices[0].finish_reason))
+        else:
+            r = client.chat.completions.create(model="m", messages=prompt, tools=TOOLS)
+            m = r.choices[0].message
+            calls = [(i, c.function.name, json.loads(c.function.arguments))
+                     for i, c in enumerate(m.tool_calls)]
+            results.append((m.content, getattr(m, "reasoning_content", None), calls,
+                            r.choices[0].finish_reason))
+    assert results[0] == results[1]
+    assert results[0][2][1][1] == "calculator"
+
+
+def test_stream_include_usage_raw_sse(stack: Any) -> None:
+    _, gateway = stack
+    sid = new_session(gateway.url)
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "SAY hi"}], "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in resp.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and len(events) == 3
+    assert json.loads(events[1])["usage"]["completion_tokens"] > 0
+
+
+def test_retry_rollback_first_and_later_turns(stack: Any) -> None:
+    engine, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    u1 = {"role": "user", "content": "SAY one"}
+    client.chat.completions.create(model="m", messages=[u1])
+    # Retry the first turn with a different opening: rolls back to the empty session.
+    u1b = {"role": "user", "content": "SAY uno"}
+    r = client.chat.completions.create(model="m", messages=[u1b])
+    a1 = as_message(r.choices[0].message)
+    r = client.chat.completions.create(model="m", messages=[u1b, a1,
+                                                            {"role": "user", "content": "SAY 2"}])
+    a2 = as_message(r.choices[0].message)
+    # Retry turn 2 with another user message: one-step rollback.
+    client.chat.completions.create(model="m", messages=[u1b, a1,
+                                                        {"role": "user", "content": "SAY dos"}])
+    info = httpx.get(f"{gateway.url}/sessions/{sid}?include_messages=true").json()
+    assert info["metadata"]["num_turns"] == 2
+    assert [m["content"] for m in info["messages"]] == ["SAY uno", "uno", "SAY dos", "dos"]
+    assert a2["content"] == "2"
+    log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
+    assert log[3]["input_ids"][: len(log[1]["input_ids"]) + len(log[1]["output_ids"])] == \
+        log[1]["input_ids"] + log[1]["output_ids"]
+
+
+def snapshot_state(gateway_url: str, sid: str) -> Any:
+    resp = httpx.get(f"{gateway_url}/sessions/{sid}",
+                     params={"include_ids": "true", "include_messages": "true"})
+    body = resp.json()
+    for rec in body["records"]:
+        rec.pop("request_ts"), rec.pop("commit_ts")
+    body["metadata"].pop("last_active")
+    return body
+
+
+def test_deep_divergence_400_state_identical(stack: Any) -> None:
+    _, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    msgs: list[dict[str, Any]] = []
+    for i in range(3):
+        msgs.append({"role": "user", "content": f"SAY turn {i}"})
+        r = client.chat.completions.create(model="m", messages=msgs)
+        msgs.append(as_message(r.choices[0].message))
+    before = snapshot_state(gateway.url, sid)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="m", messages=[*msgs[:2], {"role": "user", "content": "diverge"}])
+    body = err.value.body
+    assert err.value.status_code == 400 and body["code"] == "rollback_too_deep"
+    assert "discard_count=2" in body["message"]
+    assert "stored has 6 messages, request has 3 messages" in body["message"]
+    assert snapshot_state(gateway.url, sid) == before
+    msgs.append({"role": "user", "content": "SAY still fine"})
+    client.chat.completions.create(model="m", messages=msgs)
+
+
+BAD_INPUTS = [
+    ("non-json", b"{not json", 400, "invalid_json"),
+    ("empty", b"", 400, "invalid_json"),
+    ("array", b"[1, 2]", 400, "invalid_request"),
+    ("no messages", json.dumps({"model": "m"}).encode(), 400, "invalid_request"),
+    ("wrong type", json.dumps({"messages": "hi"}).encode(), 400, "invalid_request"),
+    ("bad role", json.dumps({"messages": [{"role": "ipython", "content": "x"}]}).encode(),
+     400, "invalid_request"),
+    ("kwargs not object", json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                      "chat_template_kwargs": [1]}).encode(),
+     400, "invalid_template_kwargs"),
+    ("pinned kwarg", json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                 "chat_template_kwargs": {"clear_thinking": True}}).encode(),
+     400, "template_kwarg_conflict"),
+    ("n>1", json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 2}).encode(),
+     400, "invalid_request"),
+    ("temperature", json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                "temperature": "hot"}).encode(), 400, "invalid_request"),
+    ("image part", json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), 400, "invalid_request"),
+    ("oversize", b'{"messages": [{"role": "user", "content": "' + b"x" * 2_100_000 + b'"}]}',
+     413, "payload_too_large"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,code", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs_4xx_state_unchanged(stack: Any, name: str, body: bytes, status: int,
+                                        code: str) -> None:
+    _, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    first = [{"role": "user", "content": "SAY first"}]
+    r = client.chat.completions.create(model="m", messages=first)
+    before = snapshot_state(gateway.url, sid)
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/v1/chat/completions", content=body,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == code and error["message"] and error["type"]
+    assert snapshot_state(gateway.url, sid) == before
+    # The session still works afterwards.
+    client.chat.completions.create(model="m", messages=[
+        *first, as_message(r.choices[0].message), {"role": "user", "content": "SAY ok"}])
+
+
+def test_unknown_session_and_routes(stack: Any) -> None:
+    _, gateway = stack
+    missing = "0" * 32
+    for method, path in [("GET", ""), ("DELETE", ""), ("POST", "/samples"),
+                         ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]:
+        resp = httpx.request(method, f"{gateway.url}/sessions/{missing}{path}",
+                             json={"messages": [{"role": "user", "content": "x"}]})
+        assert resp.status_code == 404, (method, path)
+        assert resp.json()["error"]["code"] == "session_not_found"
+    sid = new_session(gateway.url)
+    resp = httpx.get(f"{gateway.url}/sessions/{sid}/v1/embeddings")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "unknown_route"
+    assert httpx.get(gateway.url + "/nope").json()["error"]["code"] == "unknown_route"
+
+
+def test_session_lifecycle_models_health_metrics(stack: Any) -> None:
+    _, gateway = stack
+    health = httpx.get(gateway.url + "/health").json()
+    assert health["status"] == "ok" and health["family"] == "qwen3"
+    assert health["capabilities"]["append_only_verified"] is True
+    assert len(health["instance_id"]) == 32
+    sid = new_session(gateway.url)
+    models = client_for(gateway.url, sid).models.list()
+    assert models.data[0].id == "tito-qwen3"
+    info = httpx.get(f"{gateway.url}/sessions/{sid}").json()
+    assert info["records"] == [] and info["session_id"] == sid
+    assert httpx.delete(f"{gateway.url}/sessions/{sid}").status_code == 204
+    assert httpx.delete(f"{gateway.url}/sessions/{sid}").status_code == 404
+    assert httpx.get(f"{gateway.url}/sessions/{sid}").status_code == 404
+    metrics = httpx.get(gateway.url + "/metrics").text
+    assert "tito_sessions_created_total" in metrics and "tito_errors_total" in metrics
+
+
+def test_samples_truncation_and_empty_reasons(stack: Any) -> None:
+    engine, gateway = stack
+    sid = new_session(gateway.url)
+    assert collect(gateway.url, sid).empty_reason == "no_records"
+    client = client_for(gateway.url, sid)
+    msgs = [{"role": "user", "content": "SAY alpha beta gamma"}]
+    r = client.chat.completions.create(model="m", messages=msgs)
+    msgs += [as_message(r.choices[0].message), {"role": "user", "content": "SAY delta epsilon"}]
+    client.chat.completions.create(model="m", messages=msgs)
+    log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
+    prompt0 = len(log[0]["input_ids"])
+    assert collect(gateway.url, sid, max_seq_len=prompt0).empty_reason == "all_truncated"
+    cut = len(log[1]["input_ids"]) + 2  # two tokens into turn 2's output
+    decoded = collect(gateway.url, sid, max_seq_len=cut)
+    sample = decoded.samples[0]
+    assert sample.status == "truncated" and len(sample.tokens) == cut
+    assert sample.tokens.tolist() == (log[1]["input_ids"] + log[1]["output_ids"])[:cut]
+    full = collect(gateway.url, sid, max_seq_len=None, metadata={"reward": 1})
+    assert full.samples[0].status == "completed"
+    assert full.samples[0].metadata["reward"] == 1
+    for bad in ({"max_seq_len": "x"}, {"max_seq_len": 0}, {"metadata": [1]}, {"other": 1}):
+        resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json=bad)
+        assert resp.status_code == 400, bad
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", content=b"{bad")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+
+
+def test_length_finish_and_extension(stack: Any) -> None:
+    engine, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    msgs = [{"role": "user", "content": "LONG 50"}]
+    r = client.chat.completions.create(model="m", messages=msgs, max_tokens=8)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+    msgs += [as_message(r.choices[0].message), {"role": "user", "content": "SAY after"}]
+    client.chat.completions.create(model="m", messages=msgs)
+    log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
+    assert_tito_chain(log)
+    sample = collect(gateway.url, sid).samples[0]
+    assert sample.status == "truncated"  # the trajectory ends at the cut turn
+    assert len(sample.tokens) == len(log[0]["input_ids"]) + 8

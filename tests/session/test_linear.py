@@ -1,0 +1,174 @@
+"""v1 linear sessions on the real qwen3 renderer: extension, rollback, validation order."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tito.engines.base import GenerateResult
+from tito.errors import BadRequest, Conflict
+from tito.render import TemplateRenderer, build_renderer
+from tito.session.linear import LinearSession, TurnRequest
+from tito.session.matchers import loose_tool_call, strict
+from tito.session.records import snapshot_ids
+
+
+@pytest.fixture(scope="module")
+def renderer(qwen3_dir: Path) -> TemplateRenderer:
+    return build_renderer("qwen3", qwen3_dir)
+
+
+def generate(session: LinearSession, messages: list[dict], reply: dict) -> dict:
+    """One turn whose engine output is the canonical completion of ``reply``."""
+    plan = session.plan(TurnRequest(messages=messages))
+    out = session.renderer.render_completion(reply)
+    result = GenerateResult(output_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")
+    message = session.renderer.parse(out, "stop").to_message()
+    session.commit(plan, result, message)
+    return message
+
+
+def state(session: LinearSession) -> tuple:
+    return (copy.deepcopy(session.messages), [r.turn for r in session.records],
+            list(session.checkpoint_ends), session.snapshot.view().tolist(), session.in_flight)
+
+
+U1 = {"role": "user", "content": "one"}
+U2 = {"role": "user", "content": "two"}
+U3 = {"role": "user", "content": "three"}
+
+
+def three_turns(renderer: TemplateRenderer) -> tuple[LinearSession, list[dict]]:
+    s = LinearSession("s", renderer, strict)
+    a1 = generate(s, [U1], {"role": "assistant", "content": "A1"})
+    a2 = generate(s, [U1, a1, U2], {"role": "assistant", "content": "A2"})
+    a3 = generate(s, [U1, a1, U2, a2, U3], {"role": "assistant", "content": "A3"})
+    return s, [U1, a1, U2, a2, U3, a3]
+
+
+def test_extension_keeps_tito_invariant(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    assert len(s.records) == 3 and s.checkpoint_ends == [2, 4, 6]
+    for prev, cur in zip(s.records, s.records[1:], strict=False):
+        assert cur.prompt_len == prev.checkpoint_len + len(cur.bridge_ids)
+    assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
+    canonical = renderer.render_prompt(history[:5])
+    assert s.snapshot.view().tolist()[: len(canonical)] == canonical
+
+
+def test_retry_of_latest_turn_rolls_back_one_step(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    generate(s, [*history[:4], {"role": "user", "content": "three, again"}],
+             {"role": "assistant", "content": "A3b"})
+    assert len(s.records) == 3
+    assert s.messages[4]["content"] == "three, again"
+    assert s.records[-1].request["rolled_back"] == 1
+    assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
+
+
+def test_retry_of_first_turn_rolls_back_to_empty(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    generate(s, [U1], {"role": "assistant", "content": "A1"})
+    generate(s, [{"role": "user", "content": "other"}], {"role": "assistant", "content": "B"})
+    assert len(s.records) == 1 and s.messages[0]["content"] == "other"
+    assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
+
+
+def test_deep_divergence_is_400_and_changes_nothing(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    before = state(s)
+    with pytest.raises(BadRequest) as err:
+        s.plan(TurnRequest(messages=[*history[:2], {"role": "user", "content": "x"}]))
+    assert err.value.code == "rollback_too_deep"
+    assert "discard_count=2" in err.value.message and "limit of 1" in err.value.message
+    assert "stored has 6 messages, request has 3 messages" in err.value.message
+    assert state(s) == before
+    generate(s, [*history, {"role": "user", "content": "four"}],
+             {"role": "assistant", "content": "A4"})  # still extendable
+    assert len(s.records) == 4
+
+
+def test_pure_drop_retry(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    generate(s, history[:5], {"role": "assistant", "content": "A3 retry"})
+    assert len(s.records) == 3 and s.messages[-1]["content"] == "A3 retry"
+
+
+def test_client_assistant_is_history_not_checkpoint(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    few_shot = [U1, {"role": "assistant", "content": "example"}, U2]
+    a = generate(s, few_shot, {"role": "assistant", "content": "A"})
+    assert s.checkpoint_ends == [4]
+    # Divergence inside the few-shot prefix rolls back to empty (one generated turn).
+    generate(s, [U1, {"role": "assistant", "content": "changed"}, U2],
+             {"role": "assistant", "content": "B"})
+    assert len(s.records) == 1
+    # Injected assistant appended after a generated turn: history, allowed for qwen3.
+    generate(s, [*s.messages, {"role": "assistant", "content": "(injected)"}, U3],
+             {"role": "assistant", "content": "C"})
+    assert s.checkpoint_ends == [4, 7]
+    assert a["content"] == "A"
+
+
+def test_turn_in_progress_is_409_and_release_restores(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    before = state(s)
+    plan = s.plan(TurnRequest(messages=[*history, U1]))
+    with pytest.raises(Conflict) as err:
+        s.plan(TurnRequest(messages=[*history, U2]))
+    assert err.value.code == "turn_in_progress"
+    s.release(plan)
+    assert state(s) == before
+
+
+def test_rollback_applied_only_at_commit(renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    before = state(s)
+    plan = s.plan(TurnRequest(messages=[*history[:4], {"role": "user", "content": "alt"}]))
+    assert plan.rolled_back == 1
+    s.release(plan)  # the engine failed
+    assert state(s) == before
+
+
+def test_loose_matcher_accepts_reserialized_arguments(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, loose_tool_call)
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": '{"a": 1, "b": 2}'}}
+    a1 = generate(s, [U1], {"role": "assistant", "content": "", "tool_calls": [call]})
+    replay = copy.deepcopy(a1)
+    replay["tool_calls"][0]["function"]["arguments"] = '{"b":2,"a":1.0}'
+    replay["tool_calls"][0]["index"] = 0
+    generate(s, [U1, replay, {"role": "tool", "tool_call_id": a1["tool_calls"][0]["id"],
+                              "content": "3"}], {"role": "assistant", "content": "3"})
+    assert len(s.records) == 2 and s.records[1].request["rolled_back"] == 0
+    assert s.messages[1] is not replay and s.messages[1] == a1  # stored stays authoritative
+
+
+def test_strict_matcher_rolls_back_on_reserialized_arguments(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    a1 = generate(s, [U1], {"role": "assistant", "content": "", "tool_calls": [call]})
+    replay = copy.deepcopy(a1)
+    replay["tool_calls"][0]["function"]["arguments"] = '{"a":1}'
+    generate(s, [U1, replay, {"role": "tool", "content": "3"}],
+             {"role": "assistant", "content": "3"})
+    assert len(s.records) == 1  # treated as a retry of turn 1 from scratch
+
+
+def test_empty_messages_and_bad_role(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    with pytest.raises(BadRequest, match="at least one message"):
+        s.plan(TurnRequest(messages=[]))
+    with pytest.raises(BadRequest, match="not supported"):
+        s.plan(TurnRequest(messages=[{"role": "function", "content": "x"}]))
+    assert not s.in_flight
+
+
+def test_records_store_deltas_not_history(renderer: TemplateRenderer) -> None:
+    s, _ = three_turns(renderer)
+    assert all(r.bridge_ids.dtype == np.int32 and r.logprobs.dtype == np.float32
+               for r in s.records)
+    assert sum(len(r.bridge_ids) + len(r.output_ids) for r in s.records) == len(s.snapshot)

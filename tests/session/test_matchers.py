@@ -1,0 +1,93 @@
+"""Replay matchers: accept and reject cases, monotonic match sets, user matchers."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from tito.errors import BadRequest
+from tito.session.matchers import (
+    MatcherError,
+    loose_tool_call,
+    resolve_matcher,
+    role_content_only,
+    strict,
+)
+
+
+def call(args: object, **extra: object) -> dict:
+    return {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args},
+            **extra}
+
+
+def msg(content: object = "x", **kw: object) -> dict:
+    return {"role": "assistant", "content": content, **kw}
+
+
+CASES = [
+    # (stored, replayed, strict, loose, role_content_only)
+    (msg(None), msg(""), True, True, True),
+    (msg(""), msg([]), True, True, True),
+    (msg("a"), msg([{"type": "text", "text": "a"}]), True, True, True),
+    (msg("a", provider_specific={"x": 1}), msg("a"), True, True, True),
+    (msg("", tool_calls=[call('{"a": 1}')]), msg("", tool_calls=[call('{"a": 1}', index=0)]),
+     True, True, True),
+    (msg("", tool_calls=[call('{"a": 1}')]), msg("", tool_calls=[call('{"a":1}')]),
+     False, True, True),
+    (msg("", tool_calls=[call('{"a": 1, "b": 2}')]),
+     msg("", tool_calls=[call('{"b": 2, "a": 1.0}')]), False, True, True),
+    (msg("", tool_calls=[call("")]), msg("", tool_calls=[call("{}")]), False, True, True),
+    (msg("", tool_calls=[call(None)]), msg("", tool_calls=[call("{ }")]), False, True, True),
+    (msg("", tool_calls=[call('{"a": true}')]), msg("", tool_calls=[call('{"a": 1}')]),
+     False, False, True),
+    (msg("", tool_calls=[call('{"a": null}')]), msg("", tool_calls=[call('{"a": "null"}')]),
+     False, False, True),
+    (msg("", tool_calls=[call('{"a": 1, "a": 1}')]), msg("", tool_calls=[call('{"a": 1}')]),
+     False, False, True),
+    (msg("", tool_calls=[call("[1]")]), msg("", tool_calls=[call("[1]")]), True, True, True),
+    (msg("a", reasoning_content="r"), msg("a"), False, False, True),
+    (msg("a"), msg("b"), False, False, False),
+    (msg("a"), {"role": "user", "content": "a"}, False, False, False),
+    (msg("", tool_calls=[call("{}")]), msg("", tool_calls=[{**call("{}"), "id": "c2"}]),
+     False, False, True),
+]
+
+
+@pytest.mark.parametrize("stored,replayed,s,lo,rc", CASES)
+def test_matchers(stored: dict, replayed: dict, s: bool, lo: bool, rc: bool) -> None:
+    assert strict(stored, replayed) is s
+    assert loose_tool_call(stored, replayed) is lo
+    assert role_content_only(stored, replayed) is rc
+    assert (not s or lo) and (not lo or rc)  # monotonic
+
+
+def test_matchers_do_not_mutate() -> None:
+    a, b = msg("", tool_calls=[call('{"a": 1}')]), msg("", tool_calls=[call('{"a":1}', index=3)])
+    snapshot = (repr(a), repr(b))
+    loose_tool_call(a, b)
+    assert (repr(a), repr(b)) == snapshot
+
+
+def test_resolve_builtin_and_dotted(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_matcher("strict") is strict
+    for bad in ("Strict", "LOOSE_TOOL_CALL", "role-content-only"):
+        with pytest.raises(BadRequest):
+            resolve_matcher(bad)
+    mod = types.ModuleType("user_matchers_mod")
+    mod.always = lambda a, b: True  # type: ignore[attr-defined]
+    mod.broken = lambda a, b: 1  # type: ignore[attr-defined]
+
+    async def asyncm(a: dict, b: dict) -> bool:
+        return True
+
+    mod.asyncm = asyncm  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "user_matchers_mod", mod)
+    assert resolve_matcher("user_matchers_mod:always")(msg("a"), msg("b")) is True
+    with pytest.raises(MatcherError, match="must return bool"):
+        resolve_matcher("user_matchers_mod.broken")(msg("a"), msg("b"))
+    with pytest.raises(BadRequest, match="not async"):
+        resolve_matcher("user_matchers_mod:asyncm")
+    with pytest.raises(BadRequest, match="cannot load"):
+        resolve_matcher("no_such_module_xyz:f")

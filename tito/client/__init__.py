@@ -1,0 +1,1 @@
+"""Client library: tracer, agent contract and rollout driver."""

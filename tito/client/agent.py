@@ -1,0 +1,97 @@
+"""The agent contract (DESIGN 7) and running one agent over one prompt.
+
+An agent is ``async def run_agent(base_url, prompt, request_kwargs, metadata, **kw)
+-> dict | None``: ``base_url`` ends in ``/sessions/<id>`` (an OpenAI client uses
+``base_url + "/v1"``), ``prompt`` is a messages list, ``request_kwargs`` the sampling
+settings in OpenAI names, ``metadata`` the sample metadata plus ``max_seq_len``. The
+returned dict is merged into the samples' metadata (``reward`` also sets the reward).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tito.client.tracer import SessionTracer, aborted_sample
+from tito.samples import Sample
+
+AgentFn = Callable[..., Awaitable[dict[str, Any] | None]]
+
+# Our sampling names -> OpenAI request names.
+_OPENAI_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+_PASS_THROUGH = {"max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
+                 "presence_penalty", "frequency_penalty", "repetition_penalty",
+                 "stop_token_ids", "chat_template_kwargs"}
+
+
+def to_request_kwargs(sampling: dict[str, Any] | None) -> dict[str, Any]:
+    """Sampling settings in OpenAI names (``max_new_tokens`` -> ``max_tokens`` ...)."""
+    out: dict[str, Any] = {}
+    for key, value in (sampling or {}).items():
+        name = _OPENAI_NAMES.get(key, key)
+        if name not in _PASS_THROUGH:
+            raise ValueError(f"unknown sampling setting {key!r}")
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def load_agent(spec: str) -> tuple[AgentFn, Callable[[], Any] | None]:
+    """``module:function`` -> (run_agent, the module's optional ``abort()``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--agent must look like module:function, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import agent module {module_name!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ValueError(f"agent module {module_name!r} has no attribute {attr!r}")
+    if not inspect.iscoroutinefunction(fn):
+        raise ValueError(f"agent {spec!r} must be an async function (async def run_agent...)")
+    abort = getattr(module, "abort", None)
+    return fn, abort if callable(abort) else None
+
+
+async def generate(
+    agent: AgentFn,
+    prompt: list[dict[str, Any]],
+    sampling: dict[str, Any] | None,
+    *,
+    tracer: SessionTracer,
+    metadata: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
+    **agent_kwargs: Any,
+) -> list[Sample]:
+    """Run ``agent`` in a fresh session and return its samples.
+
+    The agent's returned dict is merged into every sample's metadata (server keys win);
+    its ``reward`` sets ``Sample.reward``. An empty assembly (no generation, or everything
+    truncated) gives one ABORTED sample carrying the ``empty_reason``. Agent exceptions
+    propagate after the session is deleted.
+    """
+    session = await tracer.create()
+    meta = {**(metadata or {}), "max_seq_len": max_seq_len}
+    try:
+        result = await agent(session.base_url, prompt, to_request_kwargs(sampling), meta,
+                             **agent_kwargs)
+    except BaseException:
+        await tracer.delete(session)
+        raise
+    if result is not None and not isinstance(result, dict):
+        await tracer.delete(session)
+        raise TypeError(f"run_agent must return a dict or None, got {type(result).__name__}")
+    agent_meta = result or {}
+    decoded = await tracer.collect(session, max_seq_len=max_seq_len,
+                                   metadata={**(metadata or {}), **agent_meta})
+    samples = decoded.samples or [aborted_sample(f"empty: {decoded.empty_reason}",
+                                                 decoded.session_metadata)]
+    reward = agent_meta.get("reward")
+    for sample in samples:
+        sample.metadata = {**(metadata or {}), **agent_meta, **sample.metadata}
+        if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+            sample.reward = float(reward)
+    return samples

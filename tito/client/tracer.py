@@ -1,0 +1,93 @@
+"""The tracer: create a session, hand its URL to an agent, collect its samples.
+
+``collect`` is one non-retried ``POST /sessions/<id>/samples`` followed by a ``DELETE``
+in ``finally`` (DESIGN 7): a retry could assemble a different trajectory, and a session
+must never outlive its collection. A timeout or transport error during the POST turns
+the trajectory into one ABORTED sample; any other failure raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tito.samples import DecodedSamples, Sample, decode_samples
+
+log = logging.getLogger("tito.client")
+
+
+@dataclass(frozen=True, slots=True)
+class TracedSession:
+    session_id: str
+    base_url: str
+    """``<gateway>/sessions/<id>``: what the agent uses as its API base (append ``/v1``)."""
+
+
+class CollectError(RuntimeError):
+    """The gateway refused to assemble samples (e.g. 422); the message has its reply."""
+
+
+def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sample:
+    """An empty ABORTED sample standing for a trajectory that produced no training data."""
+    return Sample(
+        tokens=np.zeros(0, dtype=np.int64), response_length=0,
+        loss_mask=np.zeros(0, dtype=np.uint8), rollout_log_probs=np.zeros(0, dtype=np.float32),
+        status="aborted", metadata={**(metadata or {}), "aborted_reason": reason},
+    )
+
+
+class SessionTracer:
+    def __init__(self, gateway_url: str, *, timeout: float = 120.0,
+                 client: httpx.AsyncClient | None = None) -> None:
+        self.gateway_url = gateway_url.rstrip("/")
+        self.timeout = timeout
+        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._owns_client = client is None
+
+    async def __aenter__(self) -> SessionTracer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def create(self) -> TracedSession:
+        resp = await self._client.post(f"{self.gateway_url}/sessions")
+        if resp.status_code != 200:
+            raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}")
+        session_id = resp.json()["session_id"]
+        return TracedSession(session_id, f"{self.gateway_url}/sessions/{session_id}")
+
+    async def delete(self, session: TracedSession) -> None:
+        try:
+            await self._client.delete(session.base_url)
+        except httpx.HTTPError as exc:  # the session expires by TTL anyway
+            log.warning("DELETE %s failed: %s", session.base_url, exc)
+
+    async def collect(self, session: TracedSession, *, max_seq_len: int | None = None,
+                      metadata: dict[str, Any] | None = None) -> DecodedSamples:
+        """Assemble and fetch the samples, then delete the session (always)."""
+        body: dict[str, Any] = {"max_seq_len": max_seq_len}
+        if metadata is not None:
+            body["metadata"] = metadata
+        try:
+            try:
+                resp = await self._client.post(f"{session.base_url}/samples", json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                log.warning("collecting %s failed: %s", session.session_id, exc)
+                return DecodedSamples([aborted_sample(f"collect failed: {exc!r}")], {}, None)
+            if resp.status_code != 200:
+                raise CollectError(
+                    f"POST {session.base_url}/samples failed with {resp.status_code}: "
+                    f"{resp.text[:2000]}"
+                )
+            return decode_samples(resp.content)
+        finally:
+            await self.delete(session)

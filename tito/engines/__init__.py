@@ -1,0 +1,1 @@
+"""Inference engines reached with token ids (protocol in :mod:`tito.engines.base`)."""

@@ -1,0 +1,313 @@
+"""The scripted "model" of the mock engine (pure: no I/O, no asyncio).
+
+The mock decodes the prompt, reads the text of the last user or tool message and looks
+for *directives*, one per line, each starting with a keyword:
+
+- ``CALL <name> <json-args>``: reply with that tool call (several lines: parallel calls,
+  in order). Arguments that are not valid JSON are rendered verbatim, which gives a
+  malformed call for parser tests; missing arguments mean ``{}``.
+- ``SAY <text>``: reply with that text (several lines are joined with ``\\n``).
+- ``LONG <n>``: the model does not stop: ``n`` output tokens (the opening of whatever the
+  other directives produce, without its stop id, then filler), finish reason ``length``.
+- ``THINK <text>``: a reasoning block placed before whatever the other directives produce
+  (dropped when the prompt ends with a thinking-off generation prompt).
+
+Other lines are ignored. Without SAY or CALL the reply is a short deterministic text
+derived from a hash of the prompt. The reply is an OpenAI assistant message rendered to
+ids with the family renderer (:meth:`TemplateRenderer.render_completion`), so it ends
+with the family's stop id. Logprobs are deterministic per (prompt ids, position),
+negative, and exactly representable as float32 (they survive the samples codec).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito.render.base import TemplateRenderer
+
+KEYWORDS = ("CALL", "SAY", "LONG", "THINK")
+FILLER_TEXT = (
+    " the quick brown fox jumps over the lazy dog and keeps running through the long green"
+    " field while the sun goes down over the quiet hills"
+)
+_TOOL_RESPONSE_RE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
+_F32 = struct.Struct("<f")
+
+
+# -- directives ------------------------------------------------------------------------
+@dataclass
+class Script:
+    """What the directives of one message ask for."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """(name, arguments text) per CALL line, in order."""
+    say: list[str] = field(default_factory=list)
+    think: list[str] = field(default_factory=list)
+    long: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.calls or self.say or self.think or self.long is not None)
+
+
+def parse_directives(text: str) -> Script:
+    """The directives in ``text`` (one per line; unknown lines are ignored)."""
+    script = Script()
+    for raw in text.splitlines():
+        line = raw.strip()
+        keyword, _, rest = line.partition(" ")
+        if keyword not in KEYWORDS:
+            continue
+        rest = rest.strip()
+        if keyword == "CALL":
+            name, _, args = rest.partition(" ")
+            if not name:
+                continue
+            args = args.strip() or "{}"
+            try:
+                args = json.dumps(json.loads(args), ensure_ascii=False)
+            except ValueError:
+                pass  # rendered verbatim: a malformed call on purpose
+            script.calls.append((name, args))
+        elif keyword == "SAY":
+            script.say.append(rest)
+        elif keyword == "THINK":
+            script.think.append(rest)
+        elif keyword == "LONG":
+            try:
+                n = int(rest)
+            except ValueError:
+                continue
+            if n >= 0:
+                script.long = n
+    return script
+
+
+def call_id(prompt_digest: bytes, index: int) -> str:
+    return "call_" + hashlib.blake2b(prompt_digest + index.to_bytes(4, "little"),
+                                     digest_size=12).hexdigest()
+
+
+def build_message(script: Script, prompt_digest: bytes, *, thinking: bool) -> dict[str, Any]:
+    """The OpenAI-shape assistant message the directives describe."""
+    message: dict[str, Any] = {"role": "assistant"}
+    if script.say:
+        message["content"] = "\n".join(script.say)
+    elif script.calls:
+        message["content"] = ""
+    else:
+        message["content"] = default_reply(prompt_digest)
+    if thinking and script.think:
+        message["reasoning_content"] = "\n".join(script.think)
+    if script.calls:
+        message["tool_calls"] = [
+            {"id": call_id(prompt_digest, i), "type": "function",
+             "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(script.calls)
+        ]
+    return message
+
+
+def default_reply(prompt_digest: bytes) -> str:
+    return f"Mock reply {prompt_digest.hex()[:8]}."
+
+
+# -- prompt reading --------------------------------------------------------------------
+def prompt_digest(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+
+
+def _message_body(text: str) -> str:
+    blocks = _TOOL_RESPONSE_RE.findall(text)
+    return blocks[-1] if blocks else text
+
+
+# -- logprobs --------------------------------------------------------------------------
+def _unit(digest: bytes, salt: bytes, position: int) -> float:
+    h = hashlib.blake2b(digest + salt + position.to_bytes(8, "little"), digest_size=8).digest()
+    return (int.from_bytes(h, "little") + 1) / 18446744073709551617.0  # in (0, 1)
+
+
+def _f32(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+def token_logprob(digest: bytes, position: int, *, salt: bytes = b"out") -> float:
+    """Deterministic logprob of output position ``position`` for a prompt: in (-3, -0.001)."""
+    return _f32(-0.001 - 2.998 * _unit(digest, salt, position))
+
+
+# -- the model -------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """A generation decided in full at arrival; the server emits it token by token."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: dict[str, Any]
+    variant: dict[str, Any]
+    message: dict[str, Any] | None
+
+
+class MockModel:
+    """Turns prompt ids into the scripted completion ids of a family."""
+
+    def __init__(self, renderer: TemplateRenderer):
+        self.renderer = renderer
+        self.tokenizer = renderer.tokenizer
+        self.stop_ids = frozenset(renderer.stop_ids)
+        self.im_start_id = self.tokenizer.token_to_id("<|im_start|>")
+        self.filler_ids = [t for t in self.tokenizer.encode(FILLER_TEXT) if t not in self.stop_ids]
+        self.variants = renderer.thinking_variants()
+        self.gen_prompts = [self._gen_prompt_ids(v) for v in self.variants]
+        self._render_cache: dict[tuple[str, int], list[int]] = {}
+
+    # prompt analysis -----------------------------------------------------------------
+    def _gen_prompt_ids(self, variant: dict[str, Any]) -> list[int]:
+        probe = [{"role": "user", "content": "x"}]
+        base = self.renderer.render_text(probe, template_kwargs=variant)
+        full = self.renderer.render_text(probe, template_kwargs=variant,
+                                         add_generation_prompt=True)
+        if full.startswith(base):
+            return self.tokenizer.encode(full[len(base):])
+        return []
+
+    def choose_variant(self, ids: Sequence[int]) -> int:
+        """Index of the variant whose generation prompt ``ids`` end with (longest wins)."""
+        best, best_len = 0, -1
+        for i, gen in enumerate(self.gen_prompts):
+            n = len(gen)
+            if n > best_len and n <= len(ids) and list(ids[len(ids) - n:]) == gen:
+                best, best_len = i, n
+        return best
+
+    def thinking_on(self, variant: dict[str, Any]) -> bool:
+        kwarg = self.renderer.spec.thinking_kwarg
+        return not (kwarg is not None and variant.get(kwarg) is False)
+
+    def last_message_text(self, ids: Sequence[int]) -> str:
+        """Text of the last user/tool message (the last ``<tool_response>`` if it has some)."""
+        start_id = self.im_start_id
+        if start_id is None:  # not a ChatML-like family: the whole prompt
+            return _message_body(self.tokenizer.decode(ids, skip_special_tokens=True))
+        end = len(ids)
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] != start_id:
+                continue
+            segment = list(ids[i + 1 : end])
+            end = i
+            for j, tok in enumerate(segment):
+                if tok in self.stop_ids:
+                    segment = segment[:j]
+                    break
+            role, _, body = self.tokenizer.decode(segment).partition("\n")
+            if role.strip() in ("user", "tool"):
+                return _message_body(body)
+        return ""
+
+    # completion ----------------------------------------------------------------------
+    def render(self, message: dict[str, Any], variant_index: int) -> list[int]:
+        key = (json.dumps(message, sort_keys=True), variant_index)
+        ids = self._render_cache.get(key)
+        if ids is None:
+            ids = self.renderer.render_completion(
+                message, template_kwargs=self.variants[variant_index])
+            if len(self._render_cache) >= 4096:
+                self._render_cache.clear()
+            self._render_cache[key] = ids
+        return list(ids)
+
+    def scripted(self, ids: Sequence[int], digest: bytes | None = None
+                 ) -> tuple[list[int], int | None, int, dict[str, Any] | None]:
+        """(ids the model wants to emit, LONG limit or None, variant index, message)."""
+        digest = digest if digest is not None else prompt_digest(ids)
+        script = parse_directives(self.last_message_text(ids))
+        vi = self.choose_variant(ids)
+        thinking = self.thinking_on(self.variants[vi])
+        if script.long is not None:
+            prefix: list[int] = []
+            message = None
+            if script.say or script.calls or (thinking and script.think):
+                message = build_message(script, digest, thinking=thinking)
+                prefix = self.render(message, vi)
+                if prefix and prefix[-1] in self.stop_ids:
+                    prefix.pop()
+            n = script.long
+            out = prefix[:n]
+            out.extend(self.filler(k) for k in range(n - len(out)))
+            return out, n, vi, message
+        message = build_message(script, digest, thinking=thinking)
+        return self.render(message, vi), None, vi, message
+
+    def filler(self, k: int) -> int:
+        return self.filler_ids[k % len(self.filler_ids)]
+
+    def plan(
+        self,
+        ids: Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        min_new_tokens: int = 0,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        stop: Sequence[str] = (),
+        stop_regex: Sequence[str] = (),
+        digest: bytes | None = None,
+    ) -> Plan:
+        """The whole completion for ``ids`` under these sampling settings."""
+        digest = digest if digest is not None else prompt_digest(ids)
+        wanted, long_limit, vi, message = self.scripted(ids, digest)
+        stops = set(stop_token_ids)
+        if not ignore_eos:
+            stops |= self.stop_ids
+        limit = max_new_tokens if long_limit is None else min(long_limit, max_new_tokens)
+        regexes = [re.compile(r) for r in stop_regex]
+
+        def source() -> Iterator[int]:
+            yield from wanted
+            k = 0
+            while True:  # the model keeps talking (ignore_eos, or a masked stop)
+                yield self.filler(k)
+                k += 1
+
+        src = source()
+        extra = 0
+        out: list[int] = []
+        finish: dict[str, Any] | None = None
+        pending: int | None = None
+        while len(out) < limit:
+            if pending is not None:
+                tok, pending = pending, None
+            else:
+                tok = next(src)
+            if tok in stops and len(out) < min_new_tokens:
+                pending = tok  # min_new_tokens masks stop ids: say something else first
+                tok = self.filler(extra)
+                extra += 1
+            out.append(tok)
+            if tok in stops:
+                finish = {"type": "stop", "matched": tok}
+                break
+            if stop or regexes:
+                text = self.tokenizer.decode(out)
+                matched: str | None = next((s for s in stop if s and s in text), None)
+                if matched is None:
+                    for rx in regexes:
+                        m = rx.search(text)
+                        if m:
+                            matched = m.group(0)
+                            break
+                if matched is not None:
+                    finish = {"type": "stop", "matched": matched}
+                    break
+        if finish is None:
+            finish = {"type": "length", "length": limit}
+        logprobs = [token_logprob(digest, i) for i in range(len(out))]
+        return Plan(out, logprobs, finish, self.variants[vi], message)

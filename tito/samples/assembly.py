@@ -1,0 +1,241 @@
+"""Assemble a v1 trajectory's records into one training sample (DESIGN 6).
+
+Steps, each a small pure function:
+
+1. **pieces**: validate each record and lay out its bridge ids and output ids;
+2. **declared trailing trim**: record ``i + 1``'s ``drop`` removes that many trailing ids
+   from record ``i``'s output, with its logprobs in lockstep (the last turn is never
+   trimmed; a drop longer than the previous output is an error);
+3. **truncate** at ``max_seq_len`` at turn granularity: the first turn that overflows is
+   cut (kept and marked truncated when at least one generated id survives, else dropped)
+   and every later turn is dropped;
+4. **merge**: concatenate the kept turns, stopping after the first turn that did not
+   complete and before a turn that would open an R3 gap;
+5. **build** the sample (mask, logprobs, R3, status, weight versions, lifecycle
+   metadata) and verify its invariants.
+
+Deterministic failures raise :class:`tito.errors.AssemblyError` (HTTP 422).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from tito.errors import AssemblyError
+from tito.samples.routing import has_routed_experts, merge_routed_experts
+from tito.samples.sample import (
+    LOGPROBS_DTYPE,
+    LOSS_MASK_DTYPE,
+    TOKENS_DTYPE,
+    Sample,
+    SampleStatus,
+    sample_problem,
+    status_from_finish_reason,
+)
+from tito.session.records import TurnRecord
+
+EmptyReason = Literal["no_records", "all_truncated"]
+Decode = Callable[[list[int]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyResult:
+    """What assembly produced: samples, or none and why."""
+
+    samples: list[Sample]
+    empty_reason: EmptyReason | None
+    """``no_records`` (nothing committed) or ``all_truncated``; None when samples exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One record laid out for merging; ``output``/``logprobs`` are already trimmed/cut."""
+
+    record: TurnRecord
+    bridge: np.ndarray
+    output: np.ndarray
+    logprobs: np.ndarray
+    status: SampleStatus
+
+    @property
+    def length(self) -> int:
+        """Tokens this turn adds to the merged sequence."""
+        return len(self.bridge) + len(self.output)
+
+    def cut(self, keep: int, *, status: SampleStatus | None = None) -> _Turn:
+        """This turn with only its first ``keep`` generated ids (logprobs in lockstep)."""
+        return replace(
+            self,
+            output=self.output[:keep],
+            logprobs=self.logprobs[:keep],
+            status=self.status if status is None else status,
+        )
+
+
+def assemble(
+    records: Sequence[TurnRecord],
+    *,
+    decode: Decode,
+    max_seq_len: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> AssemblyResult:
+    """Assemble a linear trajectory into (at most) one :class:`Sample`.
+
+    ``decode`` turns ids (a list of ints) into text; it decodes the response region once.
+    ``metadata`` (the caller's, e.g. the agent's) is deep-copied into the sample; the
+    sample's ``lifecycle`` key (one ``{turn, t0, t1, req_ts}`` entry per kept turn)
+    overrides a caller key of that name.
+    """
+    if metadata is not None and not isinstance(metadata, dict):
+        raise AssemblyError(f"metadata must be an object, got {type(metadata).__name__}")
+    if not records:
+        return AssemblyResult([], "no_records")
+    turns = _trim(_pieces(records))
+    if max_seq_len is not None:
+        turns = _truncate(turns, max_seq_len)
+    if not turns:
+        return AssemblyResult([], "all_truncated")
+    turns = _merge_span(turns)
+    sample = _build(turns, decode=decode, metadata=metadata or {})
+    _verify(sample, turns, max_seq_len)
+    return AssemblyResult([sample], None)
+
+
+def _pieces(records: Sequence[TurnRecord]) -> list[_Turn]:
+    """Validate each record against the previous one and lay it out (untrimmed)."""
+    turns: list[_Turn] = []
+    checkpoint = 0
+    for i, rec in enumerate(records):
+        where = f"record {i} (turn {rec.turn})"
+        bridge = _ids(rec.bridge_ids, f"{where} bridge_ids")
+        output = _ids(rec.output_ids, f"{where} output_ids")
+        logprobs = np.asarray(rec.logprobs)
+        if logprobs.ndim != 1 or len(logprobs) != len(output):
+            raise AssemblyError(
+                f"{where} has {len(output)} output ids but logprobs of shape {logprobs.shape}"
+            )
+        if i == 0:
+            if rec.drop != 0:
+                raise AssemblyError(f"{where} declares drop={rec.drop} but has no previous turn")
+            if len(bridge) == 0:
+                raise AssemblyError(f"{where} has an empty first prompt")
+        elif not 0 <= rec.drop <= len(turns[-1].output):
+            raise AssemblyError(
+                f"{where} drops {rec.drop} trailing tokens but the previous turn generated "
+                f"only {len(turns[-1].output)}"
+            )
+        prompt_len = checkpoint - rec.drop + len(bridge)
+        if rec.prompt_len != prompt_len:
+            raise AssemblyError(
+                f"{where} has prompt_len {rec.prompt_len} but previous checkpoint {checkpoint} "
+                f"- drop {rec.drop} + bridge {len(bridge)} = {prompt_len}"
+            )
+        checkpoint = prompt_len + len(output)
+        status = status_from_finish_reason(rec.finish_reason)
+        turns.append(_Turn(rec, bridge, output, logprobs, status))
+    return turns
+
+
+def _trim(turns: list[_Turn]) -> list[_Turn]:
+    """Apply each turn's declared drop to the previous turn's output and logprobs."""
+    out: list[_Turn] = []
+    for i, turn in enumerate(turns):
+        drop = turns[i + 1].record.drop if i + 1 < len(turns) else 0
+        if drop:
+            turn = turn.cut(len(turn.output) - drop)
+        out.append(turn)
+    return out
+
+
+def _truncate(turns: list[_Turn], max_seq_len: int) -> list[_Turn]:
+    """Keep whole turns while they fit; cut the first overflowing one, drop the rest."""
+    kept: list[_Turn] = []
+    total = 0
+    for turn in turns:
+        if total + turn.length <= max_seq_len:
+            kept.append(turn)
+            total += turn.length
+            continue
+        overflow = total + turn.length - max_seq_len
+        keep = len(turn.output) - overflow
+        if keep >= 1:
+            kept.append(turn.cut(keep, status="truncated"))
+        break
+    return kept
+
+
+def _merge_span(turns: list[_Turn]) -> list[_Turn]:
+    """The prefix of turns that merge: stop after a non-completed turn, before an R3 gap."""
+    merged: list[_Turn] = []
+    any_r3 = False
+    for turn in turns:
+        if merged and any_r3 and not has_routed_experts(turn.record):
+            break
+        merged.append(turn)
+        any_r3 = any_r3 or has_routed_experts(turn.record)
+        if turn.status != "completed":
+            break
+    return merged
+
+
+def _build(turns: list[_Turn], *, decode: Decode, metadata: dict[str, Any]) -> Sample:
+    """Concatenate the kept turns (per-turn numpy pieces, never per-token Python work)."""
+    prompt, first = turns[0].bridge, turns[0]
+    token_parts = [prompt, first.output]
+    mask_parts = [np.ones(len(first.output), LOSS_MASK_DTYPE)]
+    logprob_parts = [first.logprobs]
+    for t in turns[1:]:
+        token_parts += [t.bridge, t.output]
+        mask_parts += [
+            np.zeros(len(t.bridge), LOSS_MASK_DTYPE),
+            np.ones(len(t.output), LOSS_MASK_DTYPE),
+        ]
+        logprob_parts += [np.zeros(len(t.bridge), LOGPROBS_DTYPE), t.logprobs]
+    tokens = np.concatenate(token_parts).astype(TOKENS_DTYPE, copy=False)
+    kept_lens = np.cumsum([t.length for t in turns]).tolist()
+    sample_metadata = copy.deepcopy(metadata)
+    sample_metadata["lifecycle"] = [_lifecycle(t.record) for t in turns]
+    return Sample(
+        tokens=tokens,
+        response_length=len(tokens) - len(prompt),
+        loss_mask=np.concatenate(mask_parts),
+        rollout_log_probs=np.concatenate(logprob_parts).astype(LOGPROBS_DTYPE, copy=False),
+        rollout_routed_experts=merge_routed_experts([t.record for t in turns], kept_lens),
+        response=decode(tokens[len(prompt) :].tolist()),
+        status=turns[-1].status,
+        weight_versions=[t.record.weight_version for t in turns],
+        metadata=sample_metadata,
+    )
+
+
+def _lifecycle(rec: TurnRecord) -> dict[str, Any]:
+    t0 = None if rec.e2e_latency is None else rec.commit_ts - rec.e2e_latency
+    return {"turn": rec.turn, "t0": t0, "t1": rec.commit_ts, "req_ts": rec.request_ts}
+
+
+def _verify(sample: Sample, turns: list[_Turn], max_seq_len: int | None) -> None:
+    """Invariants every assembled sample satisfies; a violation is a bug, reported as 422."""
+    problem = sample_problem(sample)
+    if problem is None and sample.loss_mask is not None:
+        generated = sum(len(t.output) for t in turns)
+        if int(sample.loss_mask.sum()) != generated:
+            problem = f"loss_mask trains {int(sample.loss_mask.sum())} ids, expected {generated}"
+    expected_len = sum(t.length for t in turns)
+    if problem is None and len(sample.tokens) != expected_len:
+        problem = f"sample has {len(sample.tokens)} tokens, expected {expected_len}"
+    if problem is None and max_seq_len is not None and len(sample.tokens) > max_seq_len:
+        problem = f"sample has {len(sample.tokens)} tokens, over max_seq_len {max_seq_len}"
+    if problem is not None:
+        raise AssemblyError(f"assembled sample violates an invariant: {problem}")
+
+
+def _ids(value: np.ndarray, what: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise AssemblyError(f"{what} must be a 1-D integer array, got {arr.dtype} {arr.shape}")
+    return arr

@@ -1,0 +1,306 @@
+"""Wire codec of the samples reply (DESIGN 6, "Wire format").
+
+One safetensors container:
+
+* per-sample tensors ``<field>.<index>`` with fixed dtypes: ``tokens`` int64,
+  ``loss_mask`` uint8, ``rollout_log_probs`` float32, ``rollout_routed_experts`` int32;
+* ``_samples_meta``: a rank-1 uint8 tensor holding compact UTF-8 JSON::
+
+    {"format_version": 1,
+     "samples": [{"response", "response_length", "status", "weight_versions",
+                  "metadata", "reward", "nulls": [<tensor fields that are None>]}],
+     "session_metadata": {...},
+     "empty_reason": null | "no_records" | "all_truncated"}
+
+Encoding makes arrays contiguous and converts a dtype only when every value survives
+(routed experts must already be int32). Decoding trusts nothing: every missing, extra,
+mis-typed or inconsistent part is a :class:`CodecError` with a precise message. Tensor
+bytes are copied verbatim, so floats round-trip bit-exactly (``-0.0``, NaN payloads);
+a zero-size tensor stays a zero-size array and is distinct from None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import safetensors.numpy
+
+from tito.samples.sample import (
+    LOGPROBS_DTYPE,
+    LOSS_MASK_DTYPE,
+    ROUTED_EXPERTS_DTYPE,
+    TOKENS_DTYPE,
+    Sample,
+    sample_problem,
+)
+
+FORMAT_VERSION = 1
+META_KEY = "_samples_meta"
+EMPTY_REASONS: tuple[str | None, ...] = (None, "no_records", "all_truncated")
+
+
+@dataclass(frozen=True, slots=True)
+class _TensorField:
+    name: str
+    dtype: np.dtype
+    strict: bool
+    """Strict fields must already have the wire dtype (no conversion)."""
+    nullable: bool
+
+
+TENSOR_FIELDS: tuple[_TensorField, ...] = (
+    _TensorField("tokens", TOKENS_DTYPE, strict=False, nullable=False),
+    _TensorField("loss_mask", LOSS_MASK_DTYPE, strict=False, nullable=True),
+    _TensorField("rollout_log_probs", LOGPROBS_DTYPE, strict=False, nullable=True),
+    _TensorField("rollout_routed_experts", ROUTED_EXPERTS_DTYPE, strict=True, nullable=True),
+)
+_TENSOR_NAMES = frozenset(f.name for f in TENSOR_FIELDS)
+_JSON_KEYS = ("response", "response_length", "status", "weight_versions", "metadata", "reward")
+
+
+class CodecError(ValueError):
+    """A samples payload that cannot be encoded or decoded; the message says exactly why."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSamples:
+    """A decoded samples reply."""
+
+    samples: list[Sample]
+    session_metadata: dict[str, Any]
+    empty_reason: str | None
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode_samples(
+    samples: Sequence[Sample], *, session_metadata: dict[str, Any], empty_reason: str | None
+) -> bytes:
+    """Serialize ``samples`` and the session metadata into one safetensors container.
+
+    ``empty_reason`` must be None exactly when ``samples`` is non-empty. JSON values may
+    hold numpy scalars/arrays (they decode as plain numbers/lists); a non-finite reward
+    or a value JSON cannot hold is a :class:`CodecError`.
+    """
+    _check_envelope(len(samples), session_metadata, empty_reason, where="encode")
+    tensors: dict[str, np.ndarray] = {}
+    metas: list[dict[str, Any]] = []
+    for i, sample in enumerate(samples):
+        problem = sample_problem(sample)
+        if problem is not None:
+            raise CodecError(f"sample {i}: {problem}")
+        if sample.reward is not None and not np.isfinite(sample.reward):
+            raise CodecError(f"sample {i}: reward must be finite, got {sample.reward!r}")
+        nulls: list[str] = []
+        for spec in TENSOR_FIELDS:
+            value = getattr(sample, spec.name)
+            if value is None:
+                nulls.append(spec.name)
+            else:
+                tensors[f"{spec.name}.{i}"] = _to_wire(value, spec, i)
+        metas.append(
+            {
+                "response": sample.response,
+                "response_length": int(sample.response_length),
+                "status": sample.status,
+                "weight_versions": sample.weight_versions,
+                "metadata": sample.metadata,
+                "reward": None if sample.reward is None else float(sample.reward),
+                "nulls": nulls,
+            }
+        )
+    document = {
+        "format_version": FORMAT_VERSION,
+        "samples": metas,
+        "session_metadata": session_metadata,
+        "empty_reason": empty_reason,
+    }
+    try:
+        meta = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as exc:
+        raise CodecError(f"{META_KEY} cannot be serialized as JSON: {exc}") from exc
+    tensors[META_KEY] = np.frombuffer(meta, dtype=np.uint8).copy()
+    return safetensors.numpy.save(tensors)
+
+
+def _to_wire(value: np.ndarray, spec: _TensorField, index: int) -> np.ndarray:
+    """``value`` as a contiguous array of the wire dtype, or a CodecError."""
+    arr = np.asarray(value)
+    if arr.dtype != spec.dtype:
+        if spec.strict:
+            raise CodecError(
+                f"sample {index}: {spec.name} must have dtype {spec.dtype}, got {arr.dtype}"
+            )
+        if not _fits(arr, spec.dtype):
+            raise CodecError(
+                f"sample {index}: {spec.name} values do not fit wire dtype {spec.dtype}"
+            )
+        arr = arr.astype(spec.dtype)
+    return np.ascontiguousarray(arr)
+
+
+def _fits(arr: np.ndarray, wire: np.dtype) -> bool:
+    """Whether casting ``arr`` to ``wire`` keeps every value exactly."""
+    if arr.dtype.kind not in "biuf":
+        return False
+    if arr.size == 0 or np.can_cast(arr.dtype, wire, "safe"):
+        return True
+    if wire.kind in "iu":
+        if arr.dtype.kind == "f" and not (np.isfinite(arr).all() and (arr == np.trunc(arr)).all()):
+            return False
+        info = np.iinfo(wire)
+        # Python int/float comparisons are exact (numpy scalars would round to float64).
+        return info.min <= arr.min().item() and arr.max().item() <= info.max
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = arr.astype(wire)
+    if arr.dtype.kind == "f":
+        return bool(np.array_equal(converted.astype(arr.dtype), arr, equal_nan=True))
+    # Integers into a float dtype: compare through float64, exact up to 2**53.
+    magnitude = max(abs(arr.min().item()), abs(arr.max().item()))
+    return magnitude <= 2**53 and bool(
+        np.array_equal(converted.astype(np.float64), arr.astype(np.float64))
+    )
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode_samples(data: bytes) -> DecodedSamples:
+    """Parse a container written by :func:`encode_samples`; reject anything else."""
+    try:
+        tensors = safetensors.numpy.load(bytes(data))
+    except Exception as exc:  # the loader raises its own (non-ValueError) error types
+        raise CodecError(f"invalid safetensors container: {exc}") from exc
+    meta = _read_meta(tensors)
+    referenced = {META_KEY}
+    samples = [
+        _decode_sample(i, entry, tensors, referenced) for i, entry in enumerate(meta["samples"])
+    ]
+    orphans = sorted(set(tensors) - referenced)
+    if orphans:
+        raise CodecError(f"payload carries unreferenced tensors: {orphans}")
+    return DecodedSamples(samples, meta["session_metadata"], meta["empty_reason"])
+
+
+def _read_meta(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+    if META_KEY not in tensors:
+        raise CodecError(f"payload has no {META_KEY} tensor")
+    raw = tensors[META_KEY]
+    if raw.ndim != 1 or raw.dtype != np.uint8:
+        raise CodecError(
+            f"{META_KEY} must be a rank-one uint8 tensor, got {raw.dtype} with shape {raw.shape}"
+        )
+    try:
+        meta = orjson.loads(raw.tobytes())
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"{META_KEY} is not valid UTF-8 JSON: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise CodecError(f"{META_KEY} must be a JSON object, got {_json_type(meta)}")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise CodecError(
+            f"unsupported {META_KEY} format_version {version!r} (supported: {FORMAT_VERSION})"
+        )
+    missing = [k for k in ("samples", "session_metadata", "empty_reason") if k not in meta]
+    if missing:
+        raise CodecError(f"{META_KEY} lacks keys: {missing}")
+    if not isinstance(meta["samples"], list):
+        raise CodecError(f"{META_KEY} samples must be a list, got {_json_type(meta['samples'])}")
+    _check_envelope(
+        len(meta["samples"]), meta["session_metadata"], meta["empty_reason"], where="decode"
+    )
+    return meta
+
+
+def _check_envelope(
+    n_samples: int, session_metadata: object, empty_reason: object, *, where: str
+) -> None:
+    if not isinstance(session_metadata, dict):
+        raise CodecError(
+            f"{where}: session_metadata must be an object, got {_json_type(session_metadata)}"
+        )
+    if empty_reason not in EMPTY_REASONS:
+        raise CodecError(
+            f"{where}: empty_reason must be one of {list(EMPTY_REASONS)}, got {empty_reason!r}"
+        )
+    if (n_samples == 0) != (empty_reason is not None):
+        raise CodecError(
+            f"{where}: empty_reason {empty_reason!r} is inconsistent with {n_samples} samples "
+            "(an empty reply needs a reason; a non-empty one has none)"
+        )
+
+
+def _decode_sample(
+    i: int, entry: object, tensors: dict[str, np.ndarray], referenced: set[str]
+) -> Sample:
+    if not isinstance(entry, dict):
+        raise CodecError(f"sample {i} meta must be an object, got {_json_type(entry)}")
+    missing = [k for k in (*_JSON_KEYS, "nulls") if k not in entry]
+    if missing:
+        raise CodecError(f"sample {i} meta lacks keys: {missing}")
+    nulls = _null_markers(i, entry["nulls"])
+    arrays: dict[str, np.ndarray | None] = {}
+    for spec in TENSOR_FIELDS:
+        if spec.name in nulls:
+            arrays[spec.name] = None
+            continue
+        key = f"{spec.name}.{i}"
+        if key not in tensors:
+            raise CodecError(f"payload lacks promised tensor {key}")
+        arr = tensors[key]
+        if arr.dtype != spec.dtype:
+            raise CodecError(f"{key} must have dtype {spec.dtype}, got {arr.dtype}")
+        referenced.add(key)
+        arrays[spec.name] = arr
+    sample = Sample(
+        tokens=arrays["tokens"],
+        response_length=entry["response_length"],
+        loss_mask=arrays["loss_mask"],
+        rollout_log_probs=arrays["rollout_log_probs"],
+        rollout_routed_experts=arrays["rollout_routed_experts"],
+        response=entry["response"],
+        status=entry["status"],
+        weight_versions=entry["weight_versions"],
+        metadata=entry["metadata"],
+        reward=entry["reward"],
+    )
+    problem = sample_problem(sample)
+    if problem is not None:
+        raise CodecError(f"sample {i}: {problem}")
+    if sample.reward is not None:
+        sample.reward = float(sample.reward)
+    return sample
+
+
+def _null_markers(i: int, nulls: object) -> set[str]:
+    if not isinstance(nulls, list) or not all(isinstance(n, str) for n in nulls):
+        raise CodecError(f"sample {i}: nulls must be a list of field names, got {nulls!r}")
+    unknown = sorted(set(nulls) - _TENSOR_NAMES)
+    if unknown:
+        raise CodecError(f"sample {i}: null markers reference non-tensor fields: {unknown}")
+    required = sorted(f.name for f in TENSOR_FIELDS if not f.nullable and f.name in nulls)
+    if required:
+        raise CodecError(f"sample {i}: null markers reference non-nullable fields: {required}")
+    return set(nulls)
+
+
+def _json_type(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "META_KEY",
+    "TENSOR_FIELDS",
+    "CodecError",
+    "DecodedSamples",
+    "decode_samples",
+    "encode_samples",
+]

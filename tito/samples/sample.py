@@ -1,0 +1,170 @@
+"""The training sample a trainer receives (DESIGN 6).
+
+A :class:`Sample` follows the slime/miles convention: ``tokens`` is the whole sequence
+(first prompt + everything after it) and the per-token training fields (``loss_mask``,
+``rollout_log_probs``) cover only the *response region*, the last ``response_length``
+tokens. Routed experts (R3), when present, hold one row per position fed to the model,
+i.e. ``len(tokens) - 1`` rows.
+
+This module holds the data type and small pure helpers shared by assembly and the wire
+codec; it does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from tito.errors import AssemblyError
+
+SampleStatus = Literal["completed", "truncated", "aborted"]
+STATUSES: tuple[str, ...] = ("completed", "truncated", "aborted")
+
+TOKENS_DTYPE = np.dtype(np.int64)
+LOSS_MASK_DTYPE = np.dtype(np.uint8)
+LOGPROBS_DTYPE = np.dtype(np.float32)
+ROUTED_EXPERTS_DTYPE = np.dtype(np.int32)
+
+_FINISH_TO_STATUS: dict[str, SampleStatus] = {
+    "stop": "completed",
+    "tool_calls": "completed",
+    "length": "truncated",
+    "abort": "aborted",
+}
+
+
+@dataclass(eq=False, kw_only=True, slots=True)
+class Sample:
+    """One training sample: a whole trajectory (v1) or one root-to-leaf path (v2).
+
+    Compare samples with :func:`samples_identical` (``==`` is identity: the fields are
+    numpy arrays).
+    """
+
+    tokens: np.ndarray
+    """int64, 1-D: the whole sequence (first prompt + everything after it)."""
+    response_length: int
+    """Number of tokens after the first prompt; the tail of ``tokens`` that trains."""
+    loss_mask: np.ndarray | None
+    """uint8, ``response_length`` entries: 1 on generated ids, 0 on bridge ids."""
+    rollout_log_probs: np.ndarray | None
+    """float32, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
+    rollout_routed_experts: np.ndarray | None = None
+    """int32 ``(len(tokens) - 1, layers, top_k)`` expert ids, or None without R3."""
+    response: str = ""
+    """The response region decoded as text."""
+    status: SampleStatus = "completed"
+    weight_versions: list[str | None] = field(default_factory=list)
+    """Engine weight version of each kept turn, in order."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    reward: float | None = None
+
+    @property
+    def prompt_length(self) -> int:
+        """Length of the first prompt (the tokens that precede the response region)."""
+        return len(self.tokens) - self.response_length
+
+
+def status_from_finish_reason(finish_reason: str) -> SampleStatus:
+    """Sample status of an engine finish reason.
+
+    ``stop`` (and OpenAI's ``tool_calls``) → ``completed``, ``length`` → ``truncated``,
+    ``abort`` → ``aborted``; anything else is an :class:`AssemblyError` (a record we do not
+    know how to train on must not silently become a completed sample).
+    """
+    try:
+        return _FINISH_TO_STATUS[finish_reason]
+    except KeyError:
+        known = sorted(_FINISH_TO_STATUS)
+        raise AssemblyError(
+            f"unknown finish_reason {finish_reason!r} (expected one of {known})"
+        ) from None
+
+
+def sample_problem(sample: Sample) -> str | None:
+    """The first structural inconsistency of ``sample``, or None when it is well formed.
+
+    Checks ranks, lengths and JSON-side field types; it does not check dtypes (the codec
+    converts or rejects those itself). Callers wrap the message in their own error type.
+    """
+    tokens = sample.tokens
+    if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
+        return f"tokens must be a 1-D array, got {_describe(tokens)}"
+    n = len(tokens)
+    rl = sample.response_length
+    if not _is_int(rl) or rl < 0:
+        return f"response_length must be a non-negative int, got {rl!r}"
+    if rl > n:
+        return f"response_length {rl} exceeds len(tokens) {n}"
+    for name in ("loss_mask", "rollout_log_probs"):
+        arr = getattr(sample, name)
+        if arr is None:
+            continue
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1:
+            return f"{name} must be a 1-D array, got {_describe(arr)}"
+        if len(arr) != rl:
+            return f"{name} has {len(arr)} entries but response_length is {rl}"
+    r3 = sample.rollout_routed_experts
+    if r3 is not None:
+        if not isinstance(r3, np.ndarray) or r3.ndim != 3:
+            return f"rollout_routed_experts must be a 3-D array, got {_describe(r3)}"
+        rows = max(n - 1, 0)
+        if r3.shape[0] != rows:
+            return f"rollout_routed_experts has {r3.shape[0]} rows but len(tokens) - 1 is {rows}"
+    if not isinstance(sample.response, str):
+        return f"response must be a str, got {type(sample.response).__name__}"
+    if sample.status not in STATUSES:
+        return f"status must be one of {list(STATUSES)}, got {sample.status!r}"
+    wv = sample.weight_versions
+    if not isinstance(wv, list) or not all(v is None or isinstance(v, str) for v in wv):
+        return f"weight_versions must be a list of str or null, got {wv!r}"
+    if not isinstance(sample.metadata, dict):
+        return f"metadata must be an object, got {type(sample.metadata).__name__}"
+    reward = sample.reward
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
+        return f"reward must be a number or null, got {reward!r}"
+    return None
+
+
+def samples_identical(a: Sample, b: Sample) -> bool:
+    """Bitwise equality: same dtypes, shapes and bytes (so ``0.0 != -0.0``), same JSON fields."""
+    for name in ("tokens", "loss_mask", "rollout_log_probs", "rollout_routed_experts"):
+        x, y = getattr(a, name), getattr(b, name)
+        if (x is None) != (y is None):
+            return False
+        if x is not None and not _arrays_identical(x, y):
+            return False
+    return (
+        a.response_length == b.response_length
+        and a.response == b.response
+        and a.status == b.status
+        and a.weight_versions == b.weight_versions
+        and a.metadata == b.metadata
+        and _same_reward(a.reward, b.reward)
+    )
+
+
+def _arrays_identical(x: np.ndarray, y: np.ndarray) -> bool:
+    return (
+        x.dtype == y.dtype
+        and x.shape == y.shape
+        and np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+    )
+
+
+def _same_reward(x: float | None, y: float | None) -> bool:
+    if x is None or y is None:
+        return x is y
+    return np.float64(x).tobytes() == np.float64(y).tobytes()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return type(value).__name__

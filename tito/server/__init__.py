@@ -1,0 +1,1 @@
+"""The HTTP gateway (Starlette), a thin layer over sessions, renderers and engines."""

@@ -1,0 +1,133 @@
+"""The gateway service: sessions + renderer + engine, independent of the HTTP API shape.
+
+The OpenAI route (and later the Anthropic one) converts its request into a
+:class:`tito.session.linear.TurnRequest`, calls :meth:`Gateway.run_turn`, and renders the
+:class:`TurnOutcome` in its own response shape.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tito.config import ServerConfig
+from tito.engines.base import Engine, GenerateResult, SamplingParams
+from tito.errors import BadRequest, Conflict, TitoError
+from tito.parse.base import ParsedCompletion
+from tito.render.base import TemplateRenderer
+from tito.samples import assemble, encode_samples
+from tito.server.metrics import Metrics
+from tito.session.linear import LinearSession, TurnRequest
+from tito.session.matchers import resolve_matcher
+from tito.session.records import TurnRecord
+from tito.session.store import SessionStore
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    parsed: ParsedCompletion
+    result: GenerateResult
+    record: TurnRecord | None
+    prompt_tokens: int
+
+
+class Gateway:
+    def __init__(self, config: ServerConfig, renderer: TemplateRenderer, engine: Engine,
+                 *, self_check: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.renderer = renderer
+        self.engine = engine
+        self.matcher = resolve_matcher(config.message_matcher)
+        self.store = SessionStore(self._new_session, max_sessions=config.max_sessions,
+                                  idle_ttl=config.session_ttl)
+        self.metrics = Metrics()
+        self.instance_id = uuid.uuid4().hex
+        self.self_check = self_check or {"ran": False}
+        self.model_name = config.served_model_name or f"tito-{renderer.family}"
+        self.started_at = time.time()
+
+    def _new_session(self, session_id: str) -> LinearSession:
+        return LinearSession(session_id, self.renderer, self.matcher)
+
+    # -- turns ---------------------------------------------------------------------------
+    def _sampling(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        limit = self.config.max_seq_len
+        if limit is None:
+            return params
+        room = limit - prompt_len
+        if room < 1:
+            raise BadRequest(
+                f"the prompt has {prompt_len} tokens, which leaves no room under "
+                f"--max-seq-len {limit}",
+                code="context_length_exceeded",
+            )
+        return replace(params, max_new_tokens=min(params.max_new_tokens, room))
+
+    async def run_turn(self, session: LinearSession, request: TurnRequest,
+                       params: SamplingParams) -> TurnOutcome:
+        plan = session.plan(request)
+        try:
+            params = self._sampling(params, len(plan.prompt_ids))
+            rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
+            result = await self.engine.generate(plan.prompt_ids, params, rid)
+            parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+        except BaseException:
+            session.release(plan)
+            raise
+        record = None
+        if session.closed:
+            session.release(plan)  # deleted while the engine ran: reply, store nothing
+        else:
+            record = session.commit(plan, result, parsed.to_message())
+        self.metrics.inc("turns_total")
+        self.metrics.inc("generated_tokens_total", len(result.output_ids))
+        self.metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
+        if plan.rolled_back:
+            self.metrics.inc("rollbacks_total")
+        return TurnOutcome(parsed, result, record, len(plan.prompt_ids))
+
+    # -- samples -------------------------------------------------------------------------
+    def samples_payload(self, session: LinearSession, max_seq_len: int | None,
+                        metadata: dict[str, Any] | None) -> bytes:
+        if session.in_flight:
+            raise Conflict(
+                f"session {session.session_id} has a turn in progress; collect after it ends",
+                code="turn_in_progress",
+            )
+        limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
+        session_meta = self.session_metadata(session)
+        result = assemble(
+            session.records,
+            decode=self.renderer.tokenizer.decode,
+            max_seq_len=limit,
+            metadata={**(metadata or {}), **session_meta},
+        )
+        self.metrics.inc("samples_total", len(result.samples))
+        return encode_samples(result.samples, session_metadata=session_meta,
+                              empty_reason=result.empty_reason)
+
+    def session_metadata(self, session: LinearSession) -> dict[str, Any]:
+        from tito.render.compare import mismatch_report
+
+        meta: dict[str, Any] = {
+            "session_id": session.session_id,
+            "session_version": session.version,
+            "family": self.renderer.family,
+            "num_turns": len(session.records),
+            "num_messages": len(session.messages),
+            "num_tokens": session.num_tokens,
+            "max_trailing_trim": self.renderer.max_trailing_trim,
+            "instance_id": self.instance_id,
+        }
+        try:
+            meta["tito_session_mismatch"] = mismatch_report(
+                self.renderer, session.messages, np.asarray(session.snapshot.view()),
+                tools=session.tools,
+            )
+        except TitoError as exc:
+            meta["tito_session_mismatch_error"] = exc.message
+        return meta

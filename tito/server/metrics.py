@@ -1,0 +1,28 @@
+"""Prometheus text metrics (counters and gauges; no client library needed)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.counters: Counter[str] = Counter()
+        self.errors: Counter[tuple[int, str]] = Counter()
+
+    def inc(self, name: str, value: float = 1) -> None:
+        self.counters[name] += value
+
+    def error(self, status: int, code: str) -> None:
+        self.errors[(status, code)] += 1
+
+    def render(self, gauges: dict[str, float]) -> str:
+        lines: list[str] = []
+        for name, value in sorted(self.counters.items()):
+            lines += [f"# TYPE tito_{name} counter", f"tito_{name} {value}"]
+        lines.append("# TYPE tito_errors_total counter")
+        for (status, code), value in sorted(self.errors.items()):
+            lines.append(f'tito_errors_total{{status="{status}",code="{code}"}} {value}')
+        for name, value in sorted(gauges.items()):
+            lines += [f"# TYPE tito_{name} gauge", f"tito_{name} {value}"]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""Request validation for the OpenAI Chat Completions route (pydantic v2).
+
+Validation only: the session keeps the client's message dicts as sent, so replay
+matching compares what the client really sends. Unknown top-level fields are accepted
+and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
+``logprobs``) are ignored on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tito.engines.base import SamplingParams
+from tito.errors import BadRequest
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCall(_Open):
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+
+class ToolCall(_Open):
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+    index: int | None = None
+
+
+class TextPart(_Open):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _only_text_parts(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text":
+                    raise ValueError(
+                        f"content part {i} has type {kind!r}; only text parts are supported"
+                    )
+        return value
+
+
+class FunctionDef(_Open):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Open):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Open):
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Any = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    n: int | None = 1
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_sample(cls, value: int | None) -> int | None:
+        if value not in (None, 1):
+            raise ValueError("only n=1 is supported; run one session per sample")
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError("top_k must be -1 (disabled) or at least 1")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > 32:
+            raise ValueError("at most 32 stop strings")
+        return value
+
+    def sampling(self, *, default_max_tokens: int) -> SamplingParams:
+        max_tokens = self.max_completion_tokens or self.max_tokens or self.max_new_tokens
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return SamplingParams(
+            max_new_tokens=max_tokens or default_max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=-1 if self.top_k is None else self.top_k,
+            min_p=self.min_p or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            presence_penalty=self.presence_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else
+            self.repetition_penalty,
+            stop=stop,
+            stop_token_ids=tuple(self.stop_token_ids or ()),
+            seed=self.seed,
+        )
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable line per problem: ``messages.2.role: Input should be ...``."""
+    parts = []
+    for err in exc.errors()[:8]:
+        loc = ".".join(str(x) for x in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    more = len(exc.errors()) - 8
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts)
+
+
+def parse_chat_request(data: Any) -> ChatCompletionRequest:
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    kwargs = data.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise BadRequest("chat_template_kwargs must be an object", code="invalid_template_kwargs")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from exc
+
+
+def session_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The client's messages as sent, with ``developer`` read as ``system``."""
+    out = []
+    for message in data["messages"]:
+        if message.get("role") == "developer":
+            message = {**message, "role": "system"}
+        out.append(message)
+    return out

@@ -1,0 +1,48 @@
+"""A growable int32 token buffer: amortised O(1) append, O(1) truncate, zero-copy view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tito.session.records import IDS_DTYPE
+
+
+class IdBuffer:
+    __slots__ = ("_data", "_len")
+
+    def __init__(self, ids: Sequence[int] | np.ndarray = ()) -> None:
+        arr = np.asarray(ids, dtype=IDS_DTYPE)
+        self._data = np.empty(max(64, 2 * len(arr)), dtype=IDS_DTYPE)
+        self._data[: len(arr)] = arr
+        self._len = len(arr)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def view(self) -> np.ndarray:
+        """The ids (a view: valid until the next mutation)."""
+        return self._data[: self._len]
+
+    def last(self) -> int | None:
+        return int(self._data[self._len - 1]) if self._len else None
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self._len:
+            raise ValueError(f"cannot truncate {self._len} ids to {length}")
+        self._len = length
+
+    def extend(self, ids: Sequence[int] | np.ndarray) -> None:
+        arr = np.asarray(ids, dtype=IDS_DTYPE)
+        need = self._len + len(arr)
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=IDS_DTYPE)
+            grown[: self._len] = self._data[: self._len]
+            self._data = grown
+        self._data[self._len : need] = arr
+        self._len = need
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes

@@ -1,0 +1,193 @@
+"""Replay matchers (DESIGN 5.3): is a replayed message the same as the stored one?
+
+Harnesses re-serialize history (drop ``index`` on tool calls, re-dump arguments, turn
+``None`` into ``""``). A matcher decides equivalence only; it never repairs a message, and
+on a match the stored message stays authoritative. Match sets are monotonic:
+``strict`` ⊆ ``loose_tool_call`` ⊆ ``role_content_only``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from tito.errors import BadRequest, TitoError
+
+Message = dict[str, Any]
+Matcher = Callable[[Message, Message], bool]
+
+
+def _text(value: Any) -> Any:
+    """``None``, ``""`` and ``[]`` are one value; a list of text parts is its joined text."""
+    if value is None or value == "" or value == []:
+        return ""
+    if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                       for p in value):
+        return "".join(p.get("text", "") for p in value)
+    return value
+
+
+def _calls(message: Message) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls") or []
+    return [{k: v for k, v in call.items() if k != "index"} for call in calls]
+
+
+def strict(stored: Message, replayed: Message) -> bool:
+    """role, content, reasoning_content and tool_calls (tool-call ``index`` ignored)."""
+    return (
+        stored.get("role") == replayed.get("role")
+        and _text(stored.get("content")) == _text(replayed.get("content"))
+        and _text(stored.get("reasoning_content")) == _text(replayed.get("reasoning_content"))
+        and _calls(stored) == _calls(replayed)
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite JSON number {name}")
+
+
+def _json_object(arguments: Any) -> Any:
+    """Arguments as a JSON object for comparison; ``_RAW`` when they are not one."""
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str):
+        return _RAW
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate key")
+        return dict(pairs)
+
+    try:
+        value = json.loads(arguments, object_pairs_hook=no_duplicates,
+                           parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return _RAW
+    return value if isinstance(value, dict) else _RAW
+
+
+_RAW = object()
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of parsed JSON values with type sensitivity (``true != 1``, ``1 == 1.0``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isfinite(a) and math.isfinite(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _call_equal_loose(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        if key != "function":
+            if a[key] != b[key]:
+                return False
+            continue
+        fa, fb = a["function"] or {}, b["function"] or {}
+        if not isinstance(fa, dict) or not isinstance(fb, dict) or fa.keys() != fb.keys():
+            return False
+        for fkey in fa:
+            if fkey != "arguments":
+                if fa[fkey] != fb[fkey]:
+                    return False
+                continue
+            ja, jb = _json_object(fa[fkey]), _json_object(fb[fkey])
+            if ja is _RAW or jb is _RAW:
+                if type(fa[fkey]) is not type(fb[fkey]) or fa[fkey] != fb[fkey]:
+                    return False
+            else:
+                try:
+                    if not _json_equal(ja, jb):
+                        return False
+                except RecursionError:
+                    return False
+    return True
+
+
+def loose_tool_call(stored: Message, replayed: Message) -> bool:
+    """strict, or equal with tool-call arguments compared as JSON objects."""
+    if strict(stored, replayed):
+        return True
+    if stored.get("role") != replayed.get("role"):
+        return False
+    if _text(stored.get("content")) != _text(replayed.get("content")):
+        return False
+    if _text(stored.get("reasoning_content")) != _text(replayed.get("reasoning_content")):
+        return False
+    a, b = _calls(stored), _calls(replayed)
+    return len(a) == len(b) and all(_call_equal_loose(x, y) for x, y in zip(a, b, strict=True))
+
+
+def role_content_only(stored: Message, replayed: Message) -> bool:
+    """role and content only (high risk: ignores tool calls and reasoning)."""
+    return stored.get("role") == replayed.get("role") and \
+        _text(stored.get("content")) == _text(replayed.get("content"))
+
+
+BUILTIN: dict[str, Matcher] = {
+    "strict": strict,
+    "loose_tool_call": loose_tool_call,
+    "role_content_only": role_content_only,
+}
+
+
+class MatcherError(TitoError):
+    """A user matcher raised or returned a non-bool (a server-side configuration bug)."""
+
+    status = 500
+    code = "matcher_failed"
+
+
+def _checked(name: str, fn: Matcher) -> Matcher:
+    def run(stored: Message, replayed: Message) -> bool:
+        try:
+            result = fn(stored, replayed)
+        except Exception as exc:
+            raise MatcherError(f"message matcher {name!r} raised {type(exc).__name__}: {exc}") \
+                from exc
+        if not isinstance(result, bool):
+            raise MatcherError(
+                f"message matcher {name!r} must return bool, got {type(result).__name__}"
+            )
+        return result
+
+    run.__name__ = f"checked_{getattr(fn, '__name__', 'matcher')}"
+    return run
+
+
+def resolve_matcher(spec: str) -> Matcher:
+    """A built-in name (exact, case-sensitive) or a trusted ``module:function`` / dotted path.
+
+    Only called at startup from the command line, never from a request.
+    """
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+    elif "." in spec:
+        module_name, _, attr = spec.rpartition(".")
+    else:
+        raise BadRequest(
+            f"unknown message matcher {spec!r}; use one of {sorted(BUILTIN)} or a dotted path"
+        )
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise BadRequest(f"cannot load message matcher {spec!r}: {exc}") from exc
+    if inspect.iscoroutinefunction(fn) or not callable(fn):
+        raise BadRequest(f"message matcher {spec!r} must be a plain (not async) function")
+    return _checked(spec, fn)
