@@ -14,11 +14,13 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tito.server.main", "run the TITO gateway HTTP server"),
     "mock-engine": ("tito.engines.mock", "run an SGLang-compatible scriptable mock engine"),
+    "rollout": ("tito.client.rollout_cli",
+                "run an agent over a dataset through the gateway and write training samples"),
 }
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only ``command``'s module is imported (``None``: all of them)."""
+    """The parser; only ``command``'s module is imported (its flags are the only ones needed)."""
     parser = argparse.ArgumentParser(
         prog="tito",
         description="TITO Gateway: exact tokens of multi-turn agent rollouts for RL trainers.",
@@ -27,7 +29,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        if command is None or command == name:
+        if command == name:
             module = importlib.import_module(module_name)
             module.add_arguments(p)
             p.set_defaults(_module=module)

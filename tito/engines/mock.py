@@ -18,7 +18,6 @@ import asyncio
 import base64
 import contextlib
 import math
-import socket
 import sys
 import time
 import uuid
@@ -35,6 +34,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tito.engines.mock_directives import MockModel, Plan, prompt_digest, token_logprob
+from tito.net import bind_tcp, url_of
 
 SAMPLING_KEYS = (
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
@@ -179,8 +179,11 @@ class RadixCache:
 
     PAGE = 16
 
-    def __init__(self) -> None:
+    def __init__(self, max_pages: int = 1 << 18) -> None:
         self.root: dict[bytes, Any] = {}
+        self.pages = 0
+        self.max_pages = max_pages
+        """Bound on memory (4M tokens by default): beyond it everything is evicted."""
 
     @staticmethod
     def _bytes(ids: Sequence[int]) -> bytes:
@@ -208,12 +211,15 @@ class RadixCache:
     def insert(self, ids: Sequence[int]) -> None:
         data = self._bytes(ids)
         step = self.PAGE * 4
+        if self.pages + len(data) // step > self.max_pages:
+            self.clear()
         node, pos = self.root, 0
         while pos + step <= len(data):
             key = data[pos : pos + step]
             child = node.get(key)
             if child is None:
                 child = node[key] = {}
+                self.pages += 1
             node, pos = child, pos + step
         tail = data[pos:]
         if tail and tail not in node:
@@ -221,6 +227,7 @@ class RadixCache:
 
     def clear(self) -> None:
         self.root = {}
+        self.pages = 0
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -255,7 +262,7 @@ class MockConfig:
     num_layers: int = 4
     topk: int = 2
     num_experts: int = 16
-    request_log_size: int = 10000
+    request_log_size: int = 1000
 
 
 class MockEngine:
@@ -561,12 +568,26 @@ class MockEngine:
         self._register(req)
         if body.get("stream"):
             return StreamingResponse(self._stream(req), media_type="text/event-stream")
+        watcher = None
+        if self.config.latency_ms > 0 or self.config.token_latency_ms > 0 or self.paused:
+            watcher = asyncio.create_task(self._watch_disconnect(request, req))
         try:
             async for _ in self._drive(req):
                 pass
         finally:
             self._finish(req)
+            if watcher is not None:
+                watcher.cancel()
         return _json(self._result(req, final=True))
+
+    async def _watch_disconnect(self, request: Request, req: ReqState) -> None:
+        """A client that goes away aborts its request (SGLang notices within ~4 s)."""
+        while not req.finished:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                if not req.finished:
+                    self._abort(req)
+                return
 
     async def _stream(self, req: ReqState) -> AsyncIterator[bytes]:
         interval = max(1, req.sampling_params.get("stream_interval") or 1)
@@ -775,7 +796,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="initial weight version reported in meta_info.weight_version "
                              "(changed by POST /update_weight_version)")
     parser.add_argument("--served-model-name", default=None,
-                        help="model name in /v1/models and /model_info (default: the "
+                        help="model name in /v1/models and /model_info (unset: the "
                              "tokenizer folder)")
     parser.add_argument("--enable-return-routed-experts", action="store_true",
                         help="serve fake MoE routing replay (meta_info.routed_experts) to "
@@ -786,7 +807,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fake experts per token per layer in routed-experts rows")
     parser.add_argument("--num-experts", type=int, default=16,
                         help="fake number of experts (routed expert ids are in [0, N))")
-    parser.add_argument("--request-log-size", type=int, default=10000,
+    parser.add_argument("--request-log-size", type=int, default=1000,
                         help="requests kept in the GET /mock/requests log (oldest dropped; "
                              "0: unbounded)")
     parser.add_argument("--log-level", default="warning",
@@ -799,15 +820,6 @@ def build_engine(config: MockConfig) -> MockEngine:
 
     renderer = build_renderer(config.family, config.tokenizer_dir)
     return MockEngine(config, MockModel(renderer))
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
 
 
 def run(args: argparse.Namespace) -> int:
@@ -835,13 +847,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"tito mock-engine: {exc}", file=sys.stderr)
         return 2
     try:
-        sock = _bind(args.host, args.port)
+        sock = bind_tcp(args.host, args.port)
     except OSError as exc:
         print(f"tito mock-engine: cannot listen on {args.host}:{args.port}: {exc}",
               file=sys.stderr)
         return 2
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn.Config(
         engine.app(), log_level=args.log_level, access_log=False, lifespan="off",
         timeout_graceful_shutdown=2))
@@ -851,7 +861,7 @@ def run(args: argparse.Namespace) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.005)
         if server.started:
-            print(f"tito mock-engine listening on http://{shown}:{port}", flush=True)
+            print(f"tito mock-engine listening on {url_of(sock)}", flush=True)
         await task
 
     asyncio.run(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
@@ -95,9 +96,9 @@ def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = N
 
 
 def run(args: argparse.Namespace) -> int:
-    import socket
-
     import uvicorn
+
+    from tito.net import bind_tcp, url_of
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -107,11 +108,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"tito serve: {exc.message}", file=sys.stderr)
         return 2
     app = create_app(gateway)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    host, port = sock.getsockname()[:2]
-    print(f"tito serve listening on http://{host}:{port}", flush=True)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        sock = bind_tcp(args.host, args.port)
+    except OSError as exc:
+        print(f"tito serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                                           timeout_graceful_shutdown=5))
+
+    async def serve() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.005)
+        if server.started:
+            print(f"tito serve listening on {url_of(sock)}", flush=True)
+        await task
+
+    asyncio.run(serve())
     return 0
