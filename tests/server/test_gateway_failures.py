@@ -101,8 +101,8 @@ def test_engine_timeout_is_504(qwen3_dir: Path) -> None:
         engine.stop()
 
 
-def test_engine_rejection_passes_status(slow_stack: Any, qwen3_dir: Path) -> None:
-    """A prompt over the engine's context: the engine's 400 reaches the agent, unrecorded."""
+def test_prompt_over_engine_context_is_400(qwen3_dir: Path) -> None:
+    """The gateway reads the engine's max_model_len and rejects before generating."""
     engine = start_tito("mock-engine", "--tokenizer", str(qwen3_dir), "--family", "qwen3",
                         "--port", "0", "--context-length", "64")
     gateway = start_tito("serve", "--engine-url", engine.url, "--tokenizer", str(qwen3_dir),
@@ -111,9 +111,14 @@ def test_engine_rejection_passes_status(slow_stack: Any, qwen3_dir: Path) -> Non
         sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
         resp = chat(gateway.url, sid, [{"role": "user", "content": "word " * 200}])
         assert resp.status_code == 400
-        assert resp.json()["error"]["code"] == "engine_rejected"
-        assert "context length" in resp.json()["error"]["message"]
+        assert resp.json()["error"]["code"] == "context_length_exceeded"
+        assert "the engine's context length (64)" in resp.json()["error"]["message"]
         assert httpx.get(f"{gateway.url}/sessions/{sid}").json()["metadata"]["num_turns"] == 0
+        # A short prompt gets max_tokens clamped to the room left, not an engine 400.
+        resp = chat(gateway.url, sid, [{"role": "user", "content": "LONG 500"}])
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["finish_reason"] == "length"
+        assert resp.json()["usage"]["total_tokens"] == 63
     finally:
         gateway.stop()
         engine.stop()

@@ -116,6 +116,7 @@ class SGLangEngine:
         self.timeout = timeout
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._context_length: int | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -177,6 +178,20 @@ class SGLangEngine:
         if result.e2e_latency is None:
             result.e2e_latency = time.perf_counter() - start
         return result
+
+    async def context_length(self) -> int | None:
+        """The engine's ``max_model_len`` from ``GET /v1/models`` (cached; None if unknown)."""
+        if self._context_length is None:
+            try:
+                async with self._client().get(self.url + "/v1/models") as resp:
+                    if resp.status == 200:
+                        cards = orjson.loads(await resp.read()).get("data") or []
+                        lengths = [c.get("max_model_len") for c in cards
+                                   if isinstance(c.get("max_model_len"), int)]
+                        self._context_length = min(lengths) if lengths else None
+            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+                return None
+        return self._context_length
 
     async def abort(self, rid: str) -> None:
         await self._post("/abort_request", {"rid": rid})

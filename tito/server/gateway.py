@@ -54,24 +54,30 @@ class Gateway:
         return LinearSession(session_id, self.renderer, self.matcher)
 
     # -- turns ---------------------------------------------------------------------------
-    def _sampling(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
-        limit = self.config.max_seq_len
-        if limit is None:
-            return params
-        room = limit - prompt_len
-        if room < 1:
-            raise BadRequest(
-                f"the prompt has {prompt_len} tokens, which leaves no room under "
-                f"--max-seq-len {limit}",
-                code="context_length_exceeded",
-            )
-        return replace(params, max_new_tokens=min(params.max_new_tokens, room))
+    async def _sampling(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        """Clamp ``max_new_tokens`` to ``--max-seq-len`` and the engine's context length."""
+        context = await self.engine.context_length()
+        # SGLang requires prompt + max_new_tokens < context length (strictly).
+        limits = [(self.config.max_seq_len, "--max-seq-len", 0),
+                  (context, "the engine's context length", 1)]
+        for limit, name, margin in limits:
+            if limit is None:
+                continue
+            room = limit - margin - prompt_len
+            if room < 1:
+                raise BadRequest(
+                    f"the prompt has {prompt_len} tokens, which leaves no room for a "
+                    f"completion under {name} ({limit})",
+                    code="context_length_exceeded",
+                )
+            params = replace(params, max_new_tokens=min(params.max_new_tokens, room))
+        return params
 
     async def run_turn(self, session: LinearSession, request: TurnRequest,
                        params: SamplingParams) -> TurnOutcome:
         plan = session.plan(request)
         try:
-            params = self._sampling(params, len(plan.prompt_ids))
+            params = await self._sampling(params, len(plan.prompt_ids))
             rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
             result = await self.engine.generate(plan.prompt_ids, params, rid)
             parsed = self.renderer.parse(result.output_ids, result.finish_reason)
