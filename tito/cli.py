@@ -14,6 +14,8 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tito.server.main", "run the TITO gateway HTTP server"),
     "mock-engine": ("tito.engines.mock", "run an SGLang-compatible scriptable mock engine"),
+    "verify-template": ("tito.render.verify_cli",
+                        "verify a family's append-only rendering and parsing on a tokenizer"),
     "rollout": ("tito.client.rollout_cli",
                 "run an agent over a dataset through the gateway and write training samples"),
 }

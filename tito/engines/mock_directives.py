@@ -37,7 +37,8 @@ FILLER_TEXT = (
     " the quick brown fox jumps over the lazy dog and keeps running through the long green"
     " field while the sun goes down over the quiet hills"
 )
-_TOOL_RESPONSE_RE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
+_TOOL_RESPONSE_RE = re.compile(
+    r"<(tool_response|tool_result|result|response)>\n?(.*?)\n?</\1>", re.DOTALL)
 _F32 = struct.Struct("<f")
 
 
@@ -126,7 +127,18 @@ def prompt_digest(ids: Sequence[int]) -> bytes:
 
 def _message_body(text: str) -> str:
     blocks = _TOOL_RESPONSE_RE.findall(text)
-    return blocks[-1] if blocks else text
+    body = blocks[-1][1] if blocks else text
+    stripped = body.strip()
+    if stripped[:1] in '"{':  # JSON-quoted tool results (harmony, Mistral)
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return body
+        if isinstance(value, dict) and isinstance(value.get("content"), str):
+            return value["content"]
+        if isinstance(value, str):
+            return value
+    return body
 
 
 # -- logprobs --------------------------------------------------------------------------
@@ -195,8 +207,8 @@ class MockModel:
     def last_message_text(self, ids: Sequence[int]) -> str:
         """Text of the last user/tool message (the last ``<tool_response>`` if it has some)."""
         start_id = self.im_start_id
-        if start_id is None:  # not a ChatML-like family: the whole prompt
-            return _message_body(self.tokenizer.decode(ids, skip_special_tokens=True))
+        if start_id is None:  # not a ChatML-like family: find it by the family's openers
+            return self._last_message_by_openers(ids)
         end = len(ids)
         for i in range(len(ids) - 1, -1, -1):
             if ids[i] != start_id:
@@ -210,6 +222,31 @@ class MockModel:
             role, _, body = self.tokenizer.decode(segment).partition("\n")
             if role.strip() in ("user", "tool"):
                 return _message_body(body)
+        return ""
+
+    def _last_message_by_openers(self, ids: Sequence[int]) -> str:
+        """The last non-assistant message, located with the family's turn openers."""
+        spec = self.renderer.spec
+        text = self.tokenizer.decode(ids)
+        openers = spec.turn_openers
+        if not openers:
+            return _message_body(self.tokenizer.decode(ids, skip_special_tokens=True))
+        assistant = spec.assistant_openers or ((spec.assistant_start,) if spec.assistant_start
+                                               else ())
+        marks = sorted({(m.start(), o) for o in openers
+                        for m in re.finditer(re.escape(o), text)})
+        for k in range(len(marks) - 1, -1, -1):
+            pos, opener = marks[k]
+            if any(text.startswith(a, pos) for a in assistant):
+                continue
+            end = marks[k + 1][0] if k + 1 < len(marks) else len(text)
+            body = text[pos + len(opener) : end]
+            for header_end in ("<|message|>", "<|end_header_id|>", "<|im_middle|>"):
+                if header_end in body:
+                    body = body.split(header_end, 1)[1]
+            for stop in (*self.renderer.closer_texts, "<|end|>", "<|eot_id|>"):
+                body = body.replace(stop, "")
+            return _message_body(body)
         return ""
 
     # completion ----------------------------------------------------------------------

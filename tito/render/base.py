@@ -59,10 +59,39 @@ class FamilySpec:
     """Stop token texts; the first one closes a turn cut by ``length``. Empty: the EOS token."""
     thinking_kwarg: str | None = None
     """The template kwarg that switches thinking on and off (e.g. ``enable_thinking``)."""
+    thinking_default: bool = True
+    """Whether thinking is on when the request does not set ``thinking_kwarg``."""
     max_trailing_trim: int = 0
     """Declared trailing trim: stored ids the next turn's junction may drop."""
     assistant_start: str | None = None
     """Text that opens an assistant turn (classifies comparator mismatches)."""
+    turn_openers: tuple[str, ...] = ()
+    """Texts that open a message of any role; the comparator classifies a text segment as
+    assistant text when the last opener before it starts an assistant turn. Empty: the
+    segment right before decides (single-token openers such as ``<|im_start|>``)."""
+    assistant_openers: tuple[str, ...] = ()
+    """Openers (among ``turn_openers``) after which the text is the model's; default:
+    ``assistant_start``."""
+    history_closers: tuple[str, ...] = ()
+    """Texts that close an assistant turn in a history render in place of the model's stop
+    token (gpt-oss: the model stops at ``<|return|>``, history shows ``<|end|>``). A stored
+    stop id is then dropped (needs ``max_trailing_trim >= 1``) and the closer rendered."""
+    bos_token: str | None = None
+    """``bos_token`` as the template sees it (templates that print it themselves)."""
+    eos_token: str | None = None
+    """``eos_token`` for the template; None: the tokenizer's."""
+    reasoning: bool = True
+    """Whether the format carries reasoning (``reasoning_content``) at all."""
+    comparator_special: tuple[str, ...] | None = None
+    """Special tokens that segment the mismatch comparator; None: every special token."""
+    trailing_tokens: tuple[str, ...] = ()
+    """Tokens the comparator strips from the end of both sequences before comparing."""
+    bridge_base_user: bool = False
+    """Put a dummy user message in the bridge's synthetic base (templates that require one)."""
+    renderer_source: str = "tito"
+    """Who implements rendering and parsing (``tito`` or an evaluated third party)."""
+    tokenizer_note: str = ""
+    """Where the tokenizer comes from (documentation for the matrix)."""
 
 
 def normalize_messages(messages: Sequence[Message]) -> list[Message]:
@@ -118,9 +147,10 @@ class TemplateRenderer:
         self.stop_ids: frozenset[int] = frozenset(tokenizer.require_id(t) for t in stop_texts)
         self.primary_stop_id = tokenizer.require_id(stop_texts[0])
         self._special = {
-            "bos_token": None,
-            "eos_token": tokenizer.eos_token,
+            "bos_token": spec.bos_token,
+            "eos_token": spec.eos_token or tokenizer.eos_token,
         }
+        self.closer_texts: tuple[str, ...] = (*self.stop_texts, *spec.history_closers)
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -140,6 +170,20 @@ class TemplateRenderer:
         if self.spec.thinking_kwarg is None:
             return [{}]
         return [{self.spec.thinking_kwarg: True}, {self.spec.thinking_kwarg: False}]
+
+    def thinking_enabled(self, template_kwargs: dict[str, Any] | None) -> bool:
+        """Whether a request with these kwargs generates reasoning."""
+        if not self.spec.reasoning:
+            return False
+        kwarg = self.spec.thinking_kwarg
+        if kwarg is None:
+            return True
+        value = self.effective_kwargs(template_kwargs).get(kwarg)
+        return value is not False if self.spec.thinking_default else value is True
+
+    def completion_stop_text(self, message: Message) -> str:
+        """The stop token a model emits at the end of ``message`` (hook for families)."""
+        return self.stop_texts[0]
 
     # -- kwargs ------------------------------------------------------------------------
     def effective_kwargs(self, request_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -167,12 +211,16 @@ class TemplateRenderer:
     ) -> str:
         return render_template(
             self.template,
-            normalize_messages(messages),
+            self.prepare_messages(normalize_messages(messages)),
             tools=tools,
             add_generation_prompt=add_generation_prompt,
             kwargs=self.effective_kwargs(template_kwargs),
             special_tokens=self._special,
         )
+
+    def prepare_messages(self, messages: list[Message]) -> list[Message]:
+        """Family hook: adapt normalized messages before rendering (e.g. Mistral call ids)."""
+        return messages
 
     def render_prompt(
         self,
@@ -195,7 +243,7 @@ class TemplateRenderer:
     def junction_text(self, base_text: str) -> tuple[str | None, str]:
         """(stop text found at the end of the dummy assistant, text after it) or (None, "")."""
         best: tuple[int, str] | None = None
-        for stop in self.stop_texts:
+        for stop in self.closer_texts:
             pos = base_text.rfind(stop)
             if pos >= 0 and (best is None or pos > best[0]):
                 best = (pos, stop)
@@ -230,7 +278,8 @@ class TemplateRenderer:
                 f"assistant turn (allowed: {sorted(self.allowed_append_roles)})",
                 code="role_not_allowed",
             )
-        base = [DUMMY_SYSTEM, self._dummy_assistant(previous)]
+        base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
+                self._dummy_assistant(previous)]
         base_text = self.render_text(base, tools=tools, template_kwargs=template_kwargs)
         full_text = self.render_text([*base, *appended], tools=tools,
                                      template_kwargs=template_kwargs, add_generation_prompt=True)
@@ -241,16 +290,24 @@ class TemplateRenderer:
                 code="template_not_append_only",
             )
         diff = full_text[len(base_text) :]
-        stop_text, junction = self.junction_text(base_text)
-        drop = 0
-        if stop_text is None:
-            # The stop token doubles as the next message's opener (GLM): drop the stored one.
-            if stored_last_id is not None and stored_last_id in self.stop_ids and \
-                    self.spec.max_trailing_trim >= 1:
-                drop = 1
-        elif stored_last_id is not None and stored_last_id not in self.stop_ids:
-            junction = self.stop_texts[0] + junction  # close a turn cut by length/abort
+        drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+
+    def junction(self, base_text: str, stored_last_id: int | None) -> tuple[int, str]:
+        """(stored ids to drop, text to add before the bridge) where snapshot meets bridge."""
+        closer, junction = self.junction_text(base_text)
+        stored_stop = stored_last_id is not None and stored_last_id in self.stop_ids
+        can_drop = stored_stop and self.spec.max_trailing_trim >= 1
+        if closer is None:
+            # The stop token doubles as the next message's opener (GLM): drop the stored one.
+            return (1 if can_drop else 0), ""
+        if stored_last_id is None:
+            return 0, junction
+        if not stored_stop:
+            return 0, closer + junction  # close a turn cut by length/abort
+        if closer in self.spec.history_closers and can_drop:
+            return 1, closer + junction  # the history shows another closer (gpt-oss)
+        return 0, junction
 
     def render_completion(
         self,
@@ -260,7 +317,18 @@ class TemplateRenderer:
         template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
         """Ids a model emits for ``message`` after the generation prompt, ending with a stop id."""
-        head = [DUMMY_USER]
+        return self.completion_in_context([DUMMY_USER], message, tools=tools,
+                                          template_kwargs=template_kwargs)
+
+    def completion_in_context(
+        self,
+        head: Sequence[Message],
+        message: Message,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Ids a model emits for ``message`` after ``head`` and the generation prompt."""
         prompt = self.render_text(head, tools=tools, template_kwargs=template_kwargs,
                                   add_generation_prompt=True)
         full = self.render_text([*head, message], tools=tools, template_kwargs=template_kwargs)
@@ -272,9 +340,11 @@ class TemplateRenderer:
         text = full[len(prompt) :]
         stop_text, _ = self.junction_text(text)
         if stop_text is not None:
-            text = text[: text.rfind(stop_text) + len(stop_text)]
-            return self.tokenizer.encode(text)
-        return [*self.tokenizer.encode(text), self.primary_stop_id]
+            text = text[: text.rfind(stop_text)]
+            if stop_text in self.stop_texts:
+                return [*self.tokenizer.encode(text), self.tokenizer.require_id(stop_text)]
+        stop = self.completion_stop_text(message)
+        return [*self.tokenizer.encode(text), self.tokenizer.require_id(stop)]
 
     def parse(self, output_ids: Sequence[int], engine_finish: str) -> ParsedCompletion:
         return self.parser.parse(output_ids, engine_finish)
@@ -287,4 +357,6 @@ class TemplateRenderer:
             "pinned_kwargs": dict(self.spec.pinned_kwargs),
             "max_trailing_trim": self.max_trailing_trim,
             "thinking_kwarg": self.spec.thinking_kwarg,
+            "reasoning": self.spec.reasoning,
+            "renderer_source": self.spec.renderer_source,
         }

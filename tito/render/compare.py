@@ -9,7 +9,11 @@ messages, segmented at special tokens. Classes:
 - ``assistant_text``: assistant text differs (expected: history assistant tokens are the
   model's own ids, which need not equal a re-tokenization of the parsed message).
 
-The first three must be zero for a correct family.
+The first three must be zero for a correct family. Per family: the special-token set that
+segments (``FamilySpec.comparator_special``, e.g. Kimi leaves out ``<|im_middle|>``), the
+trailing tokens stripped from both ends (``trailing_tokens``: stop tokens the next turn's
+template replaces, e.g. GLM's ``<|user|>``), and how assistant text is recognised
+(``assistant_start``, ``turn_openers``, ``assistant_openers``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,26 @@ def segments(ids: Sequence[int], special: frozenset[int]) -> list[tuple[bool, li
     return out
 
 
+def special_set(renderer: TemplateRenderer) -> frozenset[int]:
+    tok = renderer.tokenizer
+    names = renderer.spec.comparator_special
+    if names is None:
+        return tok.special_ids
+    return frozenset(i for n in names if (i := tok.token_to_id(n)) is not None)
+
+
+def _trailing_ids(renderer: TemplateRenderer) -> frozenset[int]:
+    tok = renderer.tokenizer
+    return frozenset(i for n in renderer.spec.trailing_tokens
+                     if (i := tok.token_to_id(n)) is not None)
+
+
+def _strip_trailing(ids: list[int], trailing: frozenset[int]) -> list[int]:
+    while ids and ids[-1] in trailing:
+        ids = ids[:-1]
+    return ids
+
+
 def _canonical_ids(renderer: TemplateRenderer, messages: list[dict[str, Any]],
                    tools: list[dict[str, Any]] | None) -> list[int]:
     text = renderer.render_text(messages, tools=tools)
@@ -50,6 +74,42 @@ def _canonical_ids(renderer: TemplateRenderer, messages: list[dict[str, Any]],
     return renderer.tokenizer.encode(text)
 
 
+class _RoleTracker:
+    """Which segments are assistant text, from the openers seen so far."""
+
+    def __init__(self, renderer: TemplateRenderer) -> None:
+        spec = renderer.spec
+        self.start = spec.assistant_start
+        self.openers = spec.turn_openers
+        self.assistant = spec.assistant_openers or ((self.start,) if self.start else ())
+        self.tail = ""  # text since the last opener (bounded)
+        self.role_text = ""
+
+    def feed(self, text: str) -> None:
+        if not self.openers:
+            self.tail = text
+            return
+        joined = self.tail + text
+        best = max(((joined.rfind(o), o) for o in self.openers), default=(-1, ""))
+        if best[0] >= 0:
+            self.role_text = joined[best[0]:best[0] + 64]
+            self.tail = joined[best[0]:][-256:]
+        else:
+            self.tail = joined[-256:]
+
+    def is_assistant(self, text: str) -> bool:
+        if not self.assistant:
+            return False
+        if not self.openers:
+            return any((self.tail + text).startswith(a) for a in self.assistant)
+        probe = (self.role_text if self.role_text else "") + ""
+        joined = self.tail + text
+        best = max(((joined.rfind(o), o) for o in self.openers), default=(-1, ""))
+        if best[0] >= len(self.tail):  # an opener inside this very segment
+            probe = joined[best[0]:best[0] + 64]
+        return any(probe.startswith(a) for a in self.assistant)
+
+
 def mismatch_report(renderer: TemplateRenderer, messages: list[dict[str, Any]],
                     accumulated: np.ndarray | Sequence[int],
                     *, tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -57,9 +117,11 @@ def mismatch_report(renderer: TemplateRenderer, messages: list[dict[str, Any]],
     if not messages or len(accumulated) == 0:
         return []
     tok = renderer.tokenizer
-    special = tok.special_ids
-    expected = segments(_canonical_ids(renderer, messages, tools), special)
-    actual = segments(list(accumulated), special)
+    special = special_set(renderer)
+    trailing = _trailing_ids(renderer)
+    expected = segments(_strip_trailing(_canonical_ids(renderer, messages, tools), trailing),
+                        special)
+    actual = segments(_strip_trailing([int(i) for i in accumulated], trailing), special)
     if [s for s, _ in expected] != [s for s, _ in actual]:
         return [{
             "type": "special_token_count",
@@ -70,27 +132,26 @@ def mismatch_report(renderer: TemplateRenderer, messages: list[dict[str, Any]],
                        if len(expected) != len(actual)
                        else "segment structure (special/content pattern) differs"),
         }]
-    start = renderer.spec.assistant_start
+    roles = _RoleTracker(renderer)
     report: list[dict[str, Any]] = []
     for i, ((is_special, exp), (_, act)) in enumerate(zip(expected, actual, strict=True)):
-        if exp == act:
-            continue
-        exp_text, act_text = tok.decode(exp), tok.decode(act)
-        if is_special:
-            kind = "special_token_type"
-        elif exp_text == act_text:
-            continue  # same text, different tokenization: not a mismatch of content
-        else:
-            opener = tok.decode(expected[i - 1][1]) if i > 0 else ""
-            in_assistant = bool(start) and (opener + exp_text).startswith(start)
-            kind = "assistant_text" if in_assistant else "non_assistant_text"
-        report.append({
-            "type": kind,
-            "segment_index": i,
-            "expected_text": exp_text[:_CLIP],
-            "actual_text": act_text[:_CLIP],
-            "detail": f"segment {i} differs",
-        })
+        exp_text = tok.decode(exp)
+        if exp != act:
+            act_text = tok.decode(act)
+            kind = None
+            if is_special:
+                kind = "special_token_type"
+            elif exp_text != act_text:  # same text, other ids: not a content mismatch
+                kind = "assistant_text" if roles.is_assistant(exp_text) else "non_assistant_text"
+            if kind is not None:
+                report.append({
+                    "type": kind,
+                    "segment_index": i,
+                    "expected_text": exp_text[:_CLIP],
+                    "actual_text": act_text[:_CLIP],
+                    "detail": f"segment {i} differs",
+                })
+        roles.feed(exp_text)
     return report
 
 

@@ -1,10 +1,21 @@
 """Append-only verification of a renderer (DESIGN 4.4), pure and CPU-only.
 
-For each trajectory of a pool and every pair of consecutive assistant turns, the ids the
-gateway would build — the first turn's rendered prompt, the model's completion ids, then
-a bridge per later turn — must equal the canonical full render of the same messages.
-Also checks the parse round trip of every assistant message. The gateway runs this at
-startup and reports it in ``/health``.
+For each trajectory of a pool, each thinking mode and every split point (after each
+generated assistant turn) three checks run:
+
+- ``text_prefix``: rendering the first n messages (no generation prompt) is a prefix of
+  rendering all of them (with it);
+- ``token_prefix``: the ids the gateway would hold — the first turn's prompt, the model's
+  completion ids (ending at its stop id), then a bridge per later turn — decode to the
+  canonical render of the same messages (first divergence shown with context; ids that
+  differ only inside model completions, where the model's own tokenization stands, pass);
+- ``parse_round_trip``: parsing the completion ids of an assistant message gives back its
+  content, reasoning and tool calls (arguments equal as JSON).
+
+A bridge that declines (raises) is a failure for that role. Trajectories are adapted to the
+family: appended roles it does not allow are left out (reported as coverage), reasoning is
+removed when thinking is off or the format has none. The gateway runs this at startup and
+reports it in ``/health``; ``tito verify-template`` prints it.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from tito.errors import TitoError
 from tito.render.base import TemplateRenderer
 
 Message = dict[str, Any]
+Trajectory = tuple[str, list[Message], list[dict[str, Any]] | None]
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city.",
@@ -26,6 +38,11 @@ CALC_TOOL = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
                    "required": ["expression"]}}}
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "search", "description": "Search documents.",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"}, "limit": {"type": "integer"},
+        "filters": {"type": "object"}}, "required": ["query"]}}}
 
 
 def _call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -33,8 +50,11 @@ def _call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def trajectory_pool() -> list[tuple[str, list[Message], list[dict[str, Any]] | None]]:
-    """(name, messages, tools) trajectories covering the append cases TITO must handle."""
+def trajectory_pool() -> list[Trajectory]:
+    """(name, messages, tools) trajectories covering the append cases TITO must handle.
+
+    Assistant messages whose content starts with ``(injected)`` are client-supplied history
+    (few-shot, compaction), not generations."""
     return [
         ("tool_then_user", [
             {"role": "system", "content": "You are a helpful assistant."},
@@ -81,6 +101,22 @@ def trajectory_pool() -> list[tuple[str, list[Message], list[dict[str, Any]] | N
             {"role": "assistant", "content": "To get to the other side.",
              "reasoning_content": ""},
         ], None),
+        ("multi_round_tools_nested_args", [
+            {"role": "user", "content": "Find two reports about 東京 and summarise."},
+            {"role": "assistant", "content": "", "reasoning_content": "Search first.",
+             "tool_calls": [_call("call_s1", "search", {
+                 "query": "東京 report", "limit": 2, "filters": {"year": 2024, "tags": ["a"]}})]},
+            {"role": "tool", "tool_call_id": "call_s1", "content": "[\"r1\", \"r2\"]"},
+            {"role": "assistant", "content": "", "reasoning_content": "Now the second page.",
+             "tool_calls": [_call("call_s2", "search", {"query": "東京 report page 2"})]},
+            {"role": "tool", "tool_call_id": "call_s2", "content": ""},
+            {"role": "assistant", "content": "Two reports: r1 and r2.",
+             "reasoning_content": "Enough."},
+            {"role": "system", "content": "Keep answers under 20 words."},
+            {"role": "assistant", "content": "(injected) Noted."},
+            {"role": "user", "content": "Thanks — anything else?\nMulti-line ✓"},
+            {"role": "assistant", "content": "No.", "reasoning_content": "Short."},
+        ], [SEARCH_TOOL, CALC_TOOL]),
     ]
 
 
@@ -98,10 +134,21 @@ class CaseResult:
 class VerifyReport:
     family: str
     cases: list[CaseResult] = field(default_factory=list)
+    roles_exercised: set[str] = field(default_factory=set)
+    skipped: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return bool(self.cases) and all(c.passed for c in self.cases)
+
+    def checks(self) -> dict[str, tuple[int, int]]:
+        """check -> (passed, total)."""
+        out: dict[str, tuple[int, int]] = {}
+        for c in self.cases:
+            ok, total = out.get(c.check, (0, 0))
+            out[c.check] = (ok + int(c.passed), total + 1)
+        return out
 
     def summary(self) -> dict[str, Any]:
         failed = [c for c in self.cases if not c.passed]
@@ -110,6 +157,7 @@ class VerifyReport:
             "passed": self.passed,
             "cases": len(self.cases),
             "failed": len(failed),
+            "roles_exercised": sorted(self.roles_exercised),
             "first_failure": None if not failed else
             f"{failed[0].trajectory}/{failed[0].variant} split {failed[0].split} "
             f"({failed[0].check}): {failed[0].detail}",
@@ -123,68 +171,132 @@ def first_divergence(expected: str, actual: str, context: int = 40) -> str:
             f" got {actual[max(0, n - context):n + context]!r}")
 
 
-def _variant_messages(messages: list[Message], thinking: bool) -> list[Message]:
-    if thinking:
-        return messages
-    return [{**m, "reasoning_content": ""} if m["role"] == "assistant" else m
-            for m in messages]
-
-
 def _generated_positions(messages: list[Message]) -> list[int]:
     """Assistant turns the model generated (the pool marks injected ones with '(injected)')."""
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"
             and not str(m.get("content", "")).startswith("(injected)")]
 
 
-def _parse_matches(renderer: TemplateRenderer, message: Message, ids: list[int]) -> str | None:
+def adapt(messages: list[Message], renderer: TemplateRenderer, thinking: bool
+          ) -> list[Message] | None:
+    """The trajectory as this family and thinking mode can carry it (None: not applicable).
+
+    Reasoning is removed when thinking is off or the format has none; appended messages
+    with a role the family does not allow are left out."""
+    allowed = renderer.allowed_append_roles
+    gen = _generated_positions(messages)
+    if not gen:
+        return None
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if i > gen[0] and m["role"] not in allowed:
+            continue
+        if m["role"] == "assistant" and (not thinking or not renderer.spec.reasoning):
+            m = {k: v for k, v in m.items() if k != "reasoning_content"}
+        out.append(m)
+    return out
+
+
+def _args(call: dict[str, Any]) -> Any:
+    try:
+        return json.loads(call["function"]["arguments"] or "{}")
+    except ValueError:
+        return call["function"]["arguments"]
+
+
+def parse_problem(renderer: TemplateRenderer, message: Message, ids: list[int]) -> str | None:
+    """Why parsing ``ids`` does not give ``message`` back (None: it does)."""
     parsed = renderer.parse(ids, "stop")
-    if (parsed.content or "") != (message.get("content") or ""):
+    if (parsed.content or "").strip() != (message.get("content") or "").strip():
         return f"content {parsed.content!r} != {message.get('content')!r}"
-    want_reasoning = message.get("reasoning_content") or ""
-    if want_reasoning and (parsed.reasoning_content or "") != want_reasoning:
+    want_reasoning = (message.get("reasoning_content") or "").strip()
+    text = renderer.tokenizer.decode(ids)
+    if want_reasoning and want_reasoning in text and \
+            (parsed.reasoning_content or "").strip() != want_reasoning:
         return f"reasoning {parsed.reasoning_content!r} != {want_reasoning!r}"
-    want = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-            for c in message.get("tool_calls") or []]
-    got = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-           for c in parsed.tool_calls]
+    want = [(c["function"]["name"], _args(c)) for c in message.get("tool_calls") or []]
+    got = [(c["function"]["name"], _args(c)) for c in parsed.tool_calls]
     if want != got:
         return f"tool calls {got} != {want}"
     return None
 
 
-def verify_renderer(renderer: TemplateRenderer) -> VerifyReport:
+def _variants(renderer: TemplateRenderer, thinking: str, extra: dict[str, Any] | None
+              ) -> list[dict[str, Any]]:
+    variants = renderer.thinking_variants()
+    if renderer.spec.thinking_kwarg is not None and thinking != "both":
+        variants = [v for v in variants if v[renderer.spec.thinking_kwarg] is (thinking == "on")]
+    return [{**v, **(extra or {})} for v in variants]
+
+
+def verify_renderer(renderer: TemplateRenderer, *, thinking: str = "both",
+                    kwargs: dict[str, Any] | None = None,
+                    pool: list[Trajectory] | None = None) -> VerifyReport:
+    """Run the three checks over the pool; ``thinking``: ``on``, ``off`` or ``both``."""
     report = VerifyReport(renderer.family)
     tok = renderer.tokenizer
-    for variant in renderer.thinking_variants():
-        thinking = all(v is not False for v in variant.values())
+    for variant in _variants(renderer, thinking, kwargs):
         vname = ",".join(f"{k}={v}" for k, v in variant.items()) or "default"
-        for name, raw, tools in trajectory_pool():
-            messages = _variant_messages(raw, thinking)
-            gen = _generated_positions(messages)
-            try:
-                ids = renderer.render_prompt(messages[: gen[0]], tools=tools,
-                                             template_kwargs=variant)
-                for n, pos in enumerate(gen):
-                    completion = renderer.render_completion(messages[pos], tools=tools,
-                                                            template_kwargs=variant)
-                    problem = _parse_matches(renderer, messages[pos], completion)
-                    report.cases.append(CaseResult(name, vname, pos, "parse_round_trip",
-                                                   problem is None, problem or ""))
-                    ids = ids + completion
-                    if n + 1 == len(gen):
-                        break
-                    nxt = gen[n + 1]
-                    bridge = renderer.bridge(messages[pos], ids[-1], messages[pos + 1 : nxt],
-                                             tools=tools, template_kwargs=variant)
-                    ids = ids[: len(ids) - bridge.drop] + bridge.ids
-                    canonical = renderer.render_prompt(messages[:nxt], tools=tools,
-                                                       template_kwargs=variant)
-                    ok = ids == canonical
-                    detail = "" if ok else first_divergence(tok.decode(canonical),
-                                                            tok.decode(ids))
-                    if ok is False and tok.decode(canonical) == tok.decode(ids):
-                        detail = "same text, different token ids"
-                    report.cases.append(CaseResult(name, vname, nxt, "token_prefix", ok, detail))
-            except TitoError as exc:
-                report.cases.append(CaseResult(name, vname, -1, "render", False, exc.message))
+        report.variants.append(vname)
+        try:
+            on = renderer.thinking_enabled(variant)
+        except TitoError as exc:
+            report.cases.append(CaseResult("-", vname, -1, "render", False, exc.message))
+            continue
+        for name, raw, tools in pool if pool is not None else trajectory_pool():
+            messages = adapt(raw, renderer, on)
+            if messages is None:
+                report.skipped.append(name)
+                continue
+            _verify_one(renderer, report, name, vname, messages, tools, variant, tok)
     return report
+
+
+def _verify_one(renderer: TemplateRenderer, report: VerifyReport, name: str, vname: str,
+                messages: list[Message], tools: list[dict[str, Any]] | None,
+                variant: dict[str, Any], tok: Any) -> None:
+    gen = _generated_positions(messages)
+    pos = gen[0]
+    try:
+        ids = renderer.render_prompt(messages[:pos], tools=tools, template_kwargs=variant)
+        for n, pos in enumerate(gen):
+            completion = renderer.completion_in_context(messages[:pos], messages[pos],
+                                                        tools=tools, template_kwargs=variant)
+            problem = parse_problem(renderer, messages[pos], completion)
+            report.cases.append(CaseResult(name, vname, pos, "parse_round_trip",
+                                           problem is None, problem or ""))
+            ids = ids + completion
+            if n + 1 == len(gen):
+                break
+            nxt = gen[n + 1]
+            appended = messages[pos + 1 : nxt]
+            report.roles_exercised.update(m["role"] for m in appended)
+            head = renderer.render_text(messages[: pos + 1], tools=tools,
+                                        template_kwargs=variant)
+            full = renderer.render_text(messages[:nxt], tools=tools, template_kwargs=variant,
+                                        add_generation_prompt=True)
+            ok = full.startswith(head)
+            report.cases.append(CaseResult(name, vname, nxt, "text_prefix", ok,
+                                           "" if ok else first_divergence(full, head)))
+            try:
+                bridge = renderer.bridge(messages[pos], ids[-1], appended, tools=tools,
+                                         template_kwargs=variant)
+            except TitoError as exc:
+                roles = [m["role"] for m in appended]
+                report.cases.append(CaseResult(name, vname, nxt, "token_prefix", False,
+                                               f"bridge declined for {roles}: {exc.message}"))
+                ids = renderer.render_prompt(messages[:nxt], tools=tools,
+                                             template_kwargs=variant)
+                continue
+            ids = ids[: len(ids) - bridge.drop] + bridge.ids
+            canonical = tok.encode(full)
+            exp_text, got_text = tok.decode(canonical), tok.decode(ids)
+            ok = exp_text == got_text
+            detail = "" if ok else first_divergence(exp_text, got_text)
+            if ok and ids != canonical:
+                # The model's own ids at a completion boundary (e.g. "\n" + "\n" where a
+                # fresh tokenization merges "\n\n"): same text; an assistant-text matter.
+                detail = "same text; model ids differ from a fresh tokenization"
+            report.cases.append(CaseResult(name, vname, nxt, "token_prefix", ok, detail))
+    except TitoError as exc:
+        report.cases.append(CaseResult(name, vname, pos, "render", False, exc.message))

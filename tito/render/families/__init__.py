@@ -1,13 +1,20 @@
-"""Model families, one module each, and the registry that builds their renderers."""
+"""Model families, one module each, and the registry that builds their renderers.
+
+Each module exposes ``build(tokenizer, template) -> TemplateRenderer`` and ``FIXTURE`` (the
+fixture tokenizer folder it is verified with, or None). Families whose tokenizer is not
+available offline also expose ``STANDIN`` (their special tokens) and ``STANDIN_EOS``: pass
+``"standin"`` as the tokenizer to build them over a documented stand-in tokenizer.
+"""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from types import ModuleType
 
 from tito.errors import BadRequest
 from tito.render.base import TemplateRenderer
-from tito.render.tokenizer import Tokenizer, load_tokenizer
+from tito.render.tokenizer import Tokenizer
 
 # family name -> module under tito.render.families exposing ``build(tokenizer, template)``
 FAMILIES: dict[str, str] = {
@@ -15,8 +22,27 @@ FAMILIES: dict[str, str] = {
     "chatml": "chatml",
     "smollm2": "chatml",
     "qwen3": "qwen3",
+    "qwen3_thinking": "qwen3_thinking",
+    "qwennext": "qwen3_thinking",
+    "qwen35": "qwen35",
+    "glm47": "glm47",
+    "deepseek_v31": "deepseek_v31",
+    "deepseek_v32": "deepseek_v32",
+    "deepseekv32": "deepseek_v32",
+    "deepseek_v4": "deepseek_v4",
+    "deepseekv4": "deepseek_v4",
+    "kimi_k2": "kimi_k2",
+    "minimax_m2": "minimax_m2",
+    "nemotron3": "nemotron3",
+    "llama3": "llama3",
+    "gpt_oss": "gpt_oss",
+    "mistral": "mistral",
 }
+ALIASES = {"smollm2": "chatml", "qwennext": "qwen3_thinking", "deepseekv32": "deepseek_v32",
+           "deepseekv4": "deepseek_v4"}
+"""Alternative names (DESIGN 4.3 spells some families without the underscore)."""
 
+STANDIN = "standin"
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
@@ -24,19 +50,39 @@ def bundled_template(name: str) -> str:
     return (TEMPLATES_DIR / name).read_text()
 
 
+def family_module(family: str) -> ModuleType:
+    if family not in FAMILIES:
+        raise BadRequest(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+    return importlib.import_module(f"tito.render.families.{FAMILIES[family]}")
+
+
+def standin_for(family: str) -> Tokenizer:
+    """The documented stand-in tokenizer of a family without an offline tokenizer."""
+    from tito.render.families.loaders import standin_tokenizer
+
+    module = family_module(family)
+    specials = getattr(module, "STANDIN", None)
+    if specials is None:
+        raise BadRequest(f"family {family!r} has a real tokenizer; it has no stand-in")
+    return standin_tokenizer(FAMILIES[family], specials, module.STANDIN_EOS)
+
+
 def build_renderer(
     family: str, tokenizer: Tokenizer | str | Path, *, chat_template: str | Path | None = None
 ) -> TemplateRenderer:
-    """The renderer of ``family`` over ``tokenizer`` (a :class:`Tokenizer` or a folder)."""
-    if family not in FAMILIES:
-        raise BadRequest(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+    """The renderer of ``family`` over ``tokenizer`` (a :class:`Tokenizer`, a folder, or
+    ``"standin"`` for a family's documented stand-in)."""
+    module = family_module(family)
     if chat_template is not None and family != "default":
         raise BadRequest(
             f"--chat-template is only allowed with family 'default' (family {family!r} "
             "brings its own append-only template)"
         )
-    if not isinstance(tokenizer, Tokenizer):
-        tokenizer = load_tokenizer(tokenizer)
+    if isinstance(tokenizer, str) and tokenizer == STANDIN:
+        tokenizer = standin_for(family)
+    elif not isinstance(tokenizer, Tokenizer):
+        from tito.render.families.loaders import load_any
+
+        tokenizer = load_any(tokenizer)
     template = Path(chat_template).read_text() if chat_template is not None else None
-    module = importlib.import_module(f"tito.render.families.{FAMILIES[family]}")
     return module.build(tokenizer, template)

@@ -1,0 +1,99 @@
+"""Family parsers: reasoning, single and parallel calls, malformed calls kept as content,
+finish_reason rules (``tool_calls`` only for parsed calls with a normal stop; ``length`` wins)."""
+
+# ruff: noqa: E501  (literal model outputs, kept on one line each)
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import tokenizer_dir
+
+from tito.render import TemplateRenderer, build_renderer
+from tito.render.families import family_module
+
+FIXTURES = {"chatml": "smollm2", "qwen3": "qwen3"}
+_CACHE: dict[str, TemplateRenderer] = {}
+
+
+def get(family: str) -> TemplateRenderer:
+    if family not in _CACHE:
+        fixture = getattr(family_module(family), "FIXTURE", None) or FIXTURES.get(family)
+        _CACHE[family] = build_renderer(
+            family, tokenizer_dir(fixture) if fixture else "standin")
+    return _CACHE[family]
+
+
+def call(name: str, args: dict, cid: str = "call_1") -> dict:
+    return {"id": cid, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+# A completion text whose tool call is malformed (broken JSON / broken markup), per family;
+# decoding it must keep the text in content and give no call.
+MALFORMED = {
+    "qwen3_thinking": 'done\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {oops}\n</tool_call>',
+    "qwen35": "<think>\nr\n</think>\n\n<tool_call>\n<function=f>\nno parameters here\n</function>\n</tool_call>",
+    "nemotron3": "r\n</think>\n<tool_call>\n<function=f>\ngarbage\n</function>\n</tool_call>\n",
+    "glm47": "r</think><tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>",
+    "deepseek_v31": "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{not json<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "deepseek_v32": 'r</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="n" string="false">{bad</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    "deepseek_v4": 'r</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\nstray\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    "kimi_k2": "<think>r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{nope<|tool_call_end|><|tool_calls_section_end|>",
+    "minimax_m2": 'r\n</think>\n\n<minimax:tool_call>\n<invoke name="f">\nstray text\n</invoke>\n</minimax:tool_call>',
+    "llama3": '{"name": "f", "parameters": {"a": }',
+    "gpt_oss": "<|channel|>analysis<|message|>r<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{broken",
+    "mistral": '[TOOL_CALLS][{"name": "f", "arguments": {oops}]',
+}
+
+
+@pytest.mark.parametrize("family", sorted(MALFORMED))
+def test_malformed_call_is_kept_as_content(family: str) -> None:
+    r = get(family)
+    ids = r.tokenizer.encode(MALFORMED[family])
+    parsed = r.parse(ids, "stop")
+    assert parsed.tool_calls == []
+    assert parsed.finish_reason == "stop"
+    assert parsed.content  # the broken call text is returned, never dropped
+    marker = {"gpt_oss": "{broken", "llama3": '"f"', "mistral": "oops",
+              "glm47": "<arg_key>k"}.get(family, "f")
+    assert marker in parsed.content
+
+
+PARALLEL = {"role": "assistant", "content": "", "reasoning_content": "two calls",
+            "tool_calls": [call("get_weather", {"city": "Paris"}, "call_a"),
+                           call("calculator", {"expression": "1+1", "n": 3}, "call_b")]}
+
+
+@pytest.mark.parametrize("family", sorted(MALFORMED))
+def test_parallel_calls_and_finish_reasons(family: str) -> None:
+    r = get(family)
+    kwargs = {r.spec.thinking_kwarg: True} if r.spec.thinking_kwarg else None
+    ids = r.render_completion(PARALLEL, template_kwargs=kwargs)
+    parsed = r.parse(ids, "stop")
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+           for c in parsed.tool_calls]
+    assert got == [("get_weather", {"city": "Paris"}),
+                   ("calculator", {"expression": "1+1", "n": 3})]
+    assert parsed.finish_reason == "tool_calls"
+    assert all(c["type"] == "function" and c["id"] for c in parsed.tool_calls)
+    if r.spec.reasoning:
+        assert parsed.reasoning_content == "two calls"
+    # length wins over tool_calls; abort is reported as such.
+    assert r.parse(ids, "length").finish_reason == "length"
+    assert r.parse(ids, "abort").finish_reason == "abort"
+    # A call cut by length is not a call: its text stays in content.
+    cut = r.parse(ids[: len(ids) // 2 + 3], "length")
+    assert cut.finish_reason == "length"
+
+
+@pytest.mark.parametrize("family", ["qwen35", "glm47", "deepseek_v4", "nemotron3"])
+def test_thinking_opened_by_prompt(family: str) -> None:
+    r = get(family)
+    tok = r.tokenizer
+    on = r.parse(tok.encode("reason\n</think>\n\nanswer"), "stop")
+    assert (on.reasoning_content, on.content) == ("reason", "answer")
+    off = r.parse(tok.encode("just an answer"), "stop")  # thinking-off prompt closed it
+    assert off.reasoning_content is None and off.content == "just an answer"
+    cut = r.parse(tok.encode("still thinking"), "length")
+    assert cut.reasoning_content == "still thinking" and cut.content == ""

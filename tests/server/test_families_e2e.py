@@ -1,0 +1,157 @@
+"""End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
+trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
+and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
+tokenizer (the real one is not available offline)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from support import Proc, start_tito, tokenizer_dir
+
+from tito.render.families import family_module
+from tito.render.families.loaders import write_standin
+from tito.samples import decode_samples
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "calculator", "description": "Math.",
+     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}},
+]
+STRICT = ("special_token_count", "special_token_type", "non_assistant_text")
+FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
+            "llama3": "llama-3.1", "gpt_oss": "gpt-oss"}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[str, Proc, Proc]]:
+    family = request.param
+    if FAMILIES[family] is None:
+        module = family_module(family)
+        folder = write_standin(tmp_path_factory.mktemp(f"standin-{family}"), family,
+                               module.STANDIN, module.STANDIN_EOS)
+    else:
+        folder = tokenizer_dir(FAMILIES[family])
+    engine = start_tito("mock-engine", "--tokenizer", str(folder), "--family", family,
+                        "--port", "0")
+    try:
+        gateway = start_tito("serve", "--engine", "sglang", "--engine-url", engine.url,
+                             "--tokenizer", str(folder), "--family", family, "--port", "0",
+                             "--strict-template")
+    except Exception:
+        engine.stop()
+        raise
+    try:
+        yield family, engine, gateway
+    finally:
+        gateway.stop()
+        engine.stop()
+
+
+def _session(url: str) -> tuple[str, openai.OpenAI]:
+    sid = httpx.post(url + "/sessions").json()["session_id"]
+    return sid, openai.OpenAI(base_url=f"{url}/sessions/{sid}/v1", api_key="x", max_retries=0)
+
+
+def _answer_calls(msg: Any, contents: list[str]) -> list[dict[str, Any]]:
+    """One tool message per call; the last call gets the last directive text."""
+    calls = msg.tool_calls
+    last = len(calls) - 1
+    return [{"role": "tool", "tool_call_id": call.id,
+             "content": contents[-1] if i == last else contents[min(i, len(contents) - 1)]}
+            for i, call in enumerate(calls)]
+
+
+def test_six_turn_tool_trajectory_zero_strict_mismatches(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    health = httpx.get(gateway.url + "/health").json()
+    assert health["family"] == family
+    assert health["capabilities"]["append_only_verified"] is True
+    roles = set(health["capabilities"]["allowed_append_roles"])
+    sid, client = _session(gateway.url)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a weather bot."},
+        {"role": "user", "content": 'THINK weather first\nCALL get_weather {"city": "Paris"}'},
+    ]
+
+    def turn() -> Any:
+        r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+        messages.append(r.choices[0].message.model_dump(exclude_none=True))
+        return r
+
+    r = turn()  # 1: one call
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    messages.append({"role": "tool", "tool_call_id": call.id, "content":
+                     'CALL calculator {"expression": "2+2"}\nCALL get_weather {"city": "Oslo"}'})
+    r = turn()  # 2: parallel calls (harmony stops at the first <|call|>)
+    names = [c.function.name for c in r.choices[0].message.tool_calls]
+    assert names[0] == "calculator" and len(names) == (1 if family == "gpt_oss" else 2)
+    messages += _answer_calls(r.choices[0].message, ["4", "SAY It is 4, and sunny."])
+    r = turn()  # 3: plain answer after tool results
+    assert r.choices[0].message.content == "It is 4, and sunny."
+    assert r.choices[0].finish_reason == "stop"
+    messages.append({"role": "user", "content": "THINK follow up\nSAY Anything else?"})
+    r = turn()  # 4: user follow-up
+    assert r.choices[0].message.content == "Anything else?"
+    if "system" in roles:
+        messages.append({"role": "system", "content": "Reminder: be brief."})
+    messages.append({"role": "user", "content": 'CALL calculator {"expression": "6*7"}'})
+    r = turn()  # 5: a call after a (system +) user append
+    assert r.choices[0].finish_reason == "tool_calls"
+    messages += _answer_calls(r.choices[0].message, ["SAY 42."])
+    r = turn()  # 6: final answer
+    assert r.choices[0].message.content == "42."
+
+    log = [e for e in httpx.get(engine.url + "/mock/requests").json()
+           if e["rid"].startswith(sid)]
+    assert len(log) == 6
+    trim = health["capabilities"]["max_trailing_trim"]
+    for prev, cur in itertools.pairwise(log):
+        stored = prev["input_ids"] + prev["output_ids"]
+        stored = stored[: len(stored) - trim]
+        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    sample = decode_samples(resp.content).samples[0]
+    final = log[-1]["input_ids"] + log[-1]["output_ids"]
+    assert sample.tokens.tolist() == final
+    mismatches = sample.metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], mismatches
+
+
+def test_disallowed_role_is_400_naming_family(stack: tuple[str, Proc, Proc]) -> None:
+    family, _engine, gateway = stack
+    roles = set(httpx.get(gateway.url + "/health").json()["capabilities"]
+                ["allowed_append_roles"])
+    if "system" in roles:
+        pytest.skip(f"{family} appends every role")
+    _sid, client = _session(gateway.url)
+    first = [{"role": "user", "content": "SAY hi"}]
+    r = client.chat.completions.create(model="m", messages=first)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="m", messages=[
+            *first, r.choices[0].message.model_dump(exclude_none=True),
+            {"role": "system", "content": "late system"}, {"role": "user", "content": "x"}])
+    assert family in err.value.body["message"] and "'system'" in err.value.body["message"]
+
+
+def test_standin_folder_loads(tmp_path: Path) -> None:
+    module = family_module("glm47")
+    folder = write_standin(tmp_path, "glm47", module.STANDIN, module.STANDIN_EOS)
+    from tito.render import build_renderer
+
+    renderer = build_renderer("glm47", folder)
+    assert renderer.tokenizer.encode("<|observation|>") == [
+        renderer.tokenizer.require_id("<|observation|>")]
