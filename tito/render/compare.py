@@ -66,11 +66,17 @@ def _strip_trailing(ids: list[int], trailing: frozenset[int]) -> list[int]:
 
 
 def _canonical_ids(renderer: TemplateRenderer, messages: list[dict[str, Any]],
-                   tools: list[dict[str, Any]] | None) -> list[int]:
+                   tools: list[dict[str, Any]] | None, *, last_turn_closed: bool) -> list[int]:
+    """The canonical render, ending where the model's last output ends.
+
+    The junction after the final stop token is never generated; when the last turn did not
+    end with a stop id (cut by ``length``, an ``abort`` or a stop string), its closer is
+    not in the accumulated ids either.
+    """
     text = renderer.render_text(messages, tools=tools)
     stop, junction = renderer.junction_text(text)
-    if stop is not None and junction:
-        text = text[: len(text) - len(junction)]
+    if stop is not None:
+        text = text[: len(text) - len(junction) - (0 if last_turn_closed else len(stop))]
     return renderer.tokenizer.encode(text)
 
 
@@ -116,11 +122,12 @@ def mismatch_report(renderer: TemplateRenderer, messages: list[dict[str, Any]],
     """Mismatches between ``accumulated`` and the canonical render of ``messages``."""
     if not messages or len(accumulated) == 0:
         return []
+    last_turn_closed = int(accumulated[-1]) in renderer.stop_ids
     tok = renderer.tokenizer
     special = special_set(renderer)
     trailing = _trailing_ids(renderer)
-    expected = segments(_strip_trailing(_canonical_ids(renderer, messages, tools), trailing),
-                        special)
+    canonical = _canonical_ids(renderer, messages, tools, last_turn_closed=last_turn_closed)
+    expected = segments(_strip_trailing(canonical, trailing), special)
     actual = segments(_strip_trailing([int(i) for i in accumulated], trailing), special)
     if [s for s, _ in expected] != [s for s, _ in actual]:
         return [{

@@ -1,0 +1,508 @@
+"""``tito rollout``: run an agent over a dataset through the gateway and write training data.
+
+With no arguments it loads the embedded CPU engine (SmolLM2-135M-Instruct), serves the
+gateway in-process (uvicorn on ``127.0.0.1``, a free port, this event loop), runs the demo
+calculator agent (:mod:`tito.examples.calculator_agent`) over the bundled
+``arithmetic.jsonl`` and writes ``samples.parquet`` + ``summary.json`` to ``./rollout_out``
+(:mod:`tito.client.writers`). ``--engine mock`` spawns ``tito mock-engine`` as a child
+process, ``--engine sglang`` uses a running server at ``--engine-url``; the gateway is
+in-process either way.
+
+Exit codes: 0 every trajectory finished with no TITO violation and no strict mismatch;
+1 the run finished but something failed (an agent error, a violation, a mismatch) or the
+engine/gateway could not start; 2 bad input (``--agent``, ``--data``, flags), nothing
+written; 130 interrupted (Ctrl-C / SIGTERM), what finished is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from tito.client.agent import AgentFn
+from tito.client.rollout import (
+    AbortFn,
+    PromptItem,
+    RolloutDriver,
+    RolloutInputError,
+    RolloutResult,
+    RolloutSettings,
+    RolloutSummary,
+    TrajectoryResult,
+    load_prompts,
+    resolve_agent,
+    summarize,
+)
+from tito.examples import ARITHMETIC_DATA, DEMO_AGENT
+
+ENGINES = ("embedded", "sglang", "mock")
+EMBEDDED_FAMILY = "chatml"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_LISTEN = re.compile(r"listening on (http://\S+)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``tito rollout`` flags."""
+    from tito.render import FAMILIES
+
+    p.add_argument("--agent", default=DEMO_AGENT, metavar="MODULE:FUNCTION",
+                   help="async run_agent(base_url, prompt, request_kwargs, metadata, **kw); "
+                        "MODULE may also be a path/to/file.py; the default is the demo "
+                        "calculator agent")
+    p.add_argument("--data", default=str(ARITHMETIC_DATA), metavar="FILE.jsonl",
+                   help='one {"messages": [...], "metadata": {...}} per line; the default '
+                        "is the bundled arithmetic questions")
+    p.add_argument("--engine", choices=ENGINES, default="embedded",
+                   help="embedded: SmolLM2-135M on this CPU; sglang: a running server at "
+                        "--engine-url; mock: a `tito mock-engine` child process")
+    p.add_argument("--engine-url", default=None, metavar="URL",
+                   help="engine URL (with --engine sglang)")
+    p.add_argument("--tokenizer", default=None, metavar="DIR",
+                   help="tokenizer folder (sglang, mock); embedded uses the model's own")
+    p.add_argument("--family", default=None, choices=sorted(FAMILIES),
+                   help=f"model family; unset: {EMBEDDED_FAMILY} with --engine embedded, "
+                        "else default")
+    p.add_argument("--out", default="rollout_out", metavar="DIR",
+                   help="output folder for samples.parquet and summary.json")
+    p.add_argument("--concurrency", type=_positive_int, default=4, metavar="N",
+                   help="trajectories running at once")
+    p.add_argument("--n-per-prompt", type=_positive_int, default=1, metavar="K",
+                   help="trajectories per prompt")
+    p.add_argument("--max-turns", type=_positive_int, default=3, metavar="N",
+                   help="turns per trajectory at most (passed to the agent)")
+    p.add_argument("--max-seq-len", type=_positive_int, default=None, metavar="N",
+                   help="truncate samples (and cap each turn) at this many tokens")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=64, metavar="N",
+                   help="tokens per turn at most (max_tokens of each request)")
+    p.add_argument("--temperature", type=float, default=0.7, metavar="T",
+                   help="sampling temperature")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="trajectory t samples with seed S + t; unset: unseeded")
+    p.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                   help="use only the first N prompts")
+    p.add_argument("--collect-timeout", type=_positive_float, default=120.0, metavar="SECONDS",
+                   help="HTTP timeout of the tracer (create, collect, delete); a collect "
+                        "that times out gives an ABORTED sample")
+
+
+# -- the engine + gateway stack ------------------------------------------------------------
+class _InProcessServer:
+    """uvicorn serving the gateway app in this event loop, without its signal handlers
+    (``tito rollout`` handles Ctrl-C itself)."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+            def install_signal_handlers(self) -> None:  # older uvicorn
+                pass
+
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=5)
+        self.server = Server(config)
+        self.sock = socket.socket(socket.AF_INET)
+        self.sock.bind(("127.0.0.1", 0))
+        host, port = self.sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+                raise RuntimeError("the gateway stopped during startup")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.server.should_exit = True
+            with contextlib.suppress(Exception):
+                await self.task
+        self.sock.close()
+
+
+@dataclass
+class _Child:
+    """A ``tito mock-engine`` child process and the last lines it printed."""
+
+    process: asyncio.subprocess.Process
+    url: str
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    drain: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        if self.drain is not None:
+            self.drain.cancel()
+
+
+async def _spawn_mock(tokenizer: str, family: str, timeout: float = 60.0) -> _Child:
+    """Start ``tito mock-engine`` in its own process group (Ctrl-C is ours to relay)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tito.cli", "mock-engine", "--tokenizer", tokenizer,
+        "--family", family, "--host", "127.0.0.1", "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert process.stdout is not None
+    lines: deque[str] = deque(maxlen=40)
+
+    async def wait_url() -> str:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            lines.append(line)
+            if m := _LISTEN.search(line):
+                return m.group(1)
+        raise RuntimeError("mock engine exited before listening:\n" + "\n".join(lines))
+
+    try:
+        url = await asyncio.wait_for(wait_url(), timeout)
+    except BaseException:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        raise
+    child = _Child(process, url, lines)
+
+    async def drain() -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            child.lines.append(raw.decode(errors="replace").rstrip())
+
+    child.drain = asyncio.create_task(drain())
+    return child
+
+
+@dataclass
+class Stack:
+    """The engine (maybe a child process) and the in-process gateway."""
+
+    gateway_url: str
+    description: str
+    server: _InProcessServer
+    child: _Child | None = None
+
+    async def close(self) -> None:
+        await self.server.stop()  # its lifespan closes the engine client
+        if self.child is not None:
+            await self.child.stop()
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Flag combinations, checked before anything starts (RolloutInputError: exit 2)."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise RolloutInputError(f"--out {args.out!r} exists and is not a folder")
+    if args.engine == "embedded":
+        if args.tokenizer is not None:
+            raise RolloutInputError("--tokenizer is not used with --engine embedded (the "
+                                    "embedded model brings its own tokenizer)")
+        if args.engine_url is not None:
+            raise RolloutInputError("--engine-url is only used with --engine sglang")
+        return
+    if args.engine == "sglang" and not args.engine_url:
+        raise RolloutInputError("--engine sglang needs --engine-url")
+    if args.engine == "mock" and args.engine_url is not None:
+        raise RolloutInputError("--engine-url is only used with --engine sglang")
+    if args.tokenizer is None:
+        raise RolloutInputError(f"--engine {args.engine} needs --tokenizer DIR")
+    if not Path(args.tokenizer).is_dir():
+        raise RolloutInputError(f"--tokenizer {args.tokenizer!r}: no such folder")
+
+
+async def start_stack(args: argparse.Namespace, console: Console) -> Stack:
+    """Start the engine and serve the gateway on ``127.0.0.1:<free port>``."""
+    from tito.config import ServerConfig
+    from tito.engines.base import Engine
+    from tito.render import build_renderer
+    from tito.server.app import create_app
+    from tito.server.main import build_gateway
+
+    child: _Child | None = None
+    engine: Engine | None = None
+    try:
+        if args.engine == "embedded":
+            from tito.engines.embedded import EmbeddedEngine  # torch: imported only here
+
+            family = args.family or EMBEDDED_FAMILY
+            with console.status("loading the embedded model (SmolLM2-135M-Instruct)..."):
+                embedded = await EmbeddedEngine.create()
+            engine = embedded
+            renderer = build_renderer(family, embedded.tokenizer)
+            tokenizer, engine_url, description = "embedded", None, "embedded SmolLM2-135M"
+        else:
+            from tito.engines.sglang import SGLangEngine
+
+            family = args.family or "default"
+            if args.engine == "mock":
+                child = await _spawn_mock(args.tokenizer, family)
+                engine_url, description = child.url, f"mock engine at {child.url}"
+            else:
+                engine_url, description = args.engine_url, f"sglang at {args.engine_url}"
+            engine = SGLangEngine(engine_url)
+            renderer = build_renderer(family, args.tokenizer)
+            tokenizer = args.tokenizer
+        config = ServerConfig(tokenizer=tokenizer, family=family,
+                              engine="embedded" if args.engine == "embedded" else "sglang",
+                              engine_url=engine_url, host="127.0.0.1", port=0,
+                              max_seq_len=args.max_seq_len)
+        gateway = build_gateway(config, renderer=renderer, engine=engine)
+        server = _InProcessServer(create_app(gateway))
+        await server.start()
+    except BaseException:
+        if engine is not None:  # not yet owned by a running gateway (its lifespan closes it)
+            with contextlib.suppress(Exception):
+                await engine.close()
+        if child is not None:
+            await child.stop()
+        raise
+    return Stack(server.url, f"{description}, family {family}", server, child)
+
+
+# -- the run ---------------------------------------------------------------------------------
+def settings_from_args(args: argparse.Namespace) -> RolloutSettings:
+    return RolloutSettings(
+        concurrency=args.concurrency, n_per_prompt=args.n_per_prompt,
+        max_turns=args.max_turns, max_seq_len=args.max_seq_len,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+        collect_timeout=args.collect_timeout,
+    )
+
+
+def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float) -> Table:
+    """The rich table printed at the end."""
+    def count(n: int, bad: bool) -> str:
+        return f"[bold red]{n}[/]" if bad and n else f"[green]{n}[/]" if bad else str(n)
+
+    s = summary
+    table = Table(title="tito rollout", show_header=False, title_style="bold")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("trajectories", f"{s.finished} finished / {s.trajectories}"
+                  + (f", [red]{s.failed} failed[/]" if s.failed else "")
+                  + (f", [yellow]{s.cancelled} cancelled[/]" if s.cancelled else ""))
+    table.add_row("samples", str(s.samples))
+    table.add_row("turns", str(s.turns) if s.turns == s.turns_run
+                  else f"{s.turns} in samples ({s.turns_run} run)")
+    table.add_row("prompt tokens", str(s.prompt_tokens))
+    table.add_row("generated tokens", str(s.generated_tokens))
+    table.add_row("bridge tokens", str(s.bridge_tokens))
+    table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in s.statuses.items()))
+    table.add_row("collect failures (aborted)", count(s.collect_failures, True))
+    table.add_row("TITO invariant violations", count(s.tito_violations, True))
+    table.add_row("strict mismatches", count(s.strict_mismatches, True))
+    table.add_row("mean reward", "n/a" if s.mean_reward is None else f"{s.mean_reward:.3f}")
+    table.add_row("wall time", f"{s.wall_time_s:.1f} s (+ {startup:.1f} s startup)")
+    table.add_row("generated tokens/s", f"{s.generated_tokens_per_s:.1f}")
+    if s.interrupted:
+        table.add_row("interrupted", "[yellow]yes[/] (partial results)")
+    table.add_row("output", str(out_dir) if out_dir else "[red]not written[/]")
+    return table
+
+
+def _config_record(args: argparse.Namespace, stack: Stack | None,
+                   settings: RolloutSettings) -> dict[str, Any]:
+    return {"agent": args.agent, "data": str(args.data), "engine": args.engine,
+            "engine_url": args.engine_url, "tokenizer": args.tokenizer,
+            "family": args.family, "stack": stack.description if stack else None,
+            "limit": args.limit, **{k: getattr(settings, k) for k in (
+                "concurrency", "n_per_prompt", "max_turns", "max_seq_len", "max_new_tokens",
+                "temperature", "seed", "collect_timeout")}}
+
+
+@dataclass
+class _Interrupts:
+    """Ctrl-C / SIGTERM: the first one stops the run gracefully, later ones are noted."""
+
+    console: Console
+    main: asyncio.Task[Any]
+    driver: RolloutDriver | None = None
+    count: int = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count > 1:
+            self.console.print("[yellow]already stopping; cleaning up sessions...[/]")
+            return
+        self.console.print("[yellow]interrupted: stopping the agents, keeping what "
+                           "finished...[/]")
+        if self.driver is not None:
+            self.driver.interrupt()
+        else:
+            self.main.cancel()
+
+
+async def _run_async(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
+                     prompts: list[PromptItem], settings: RolloutSettings) -> int:
+    err = Console(stderr=True)
+    out = Console()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    interrupts = _Interrupts(err, main)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupts)
+    stack: Stack | None = None
+    started = time.monotonic()
+    try:
+        try:
+            stack = await start_stack(args, err)
+        except asyncio.CancelledError:
+            err.print("tito rollout: interrupted before the run started; nothing written")
+            return EXIT_INTERRUPTED
+        except Exception as exc:
+            err.print(f"tito rollout: cannot start the {args.engine} engine and gateway: "
+                      f"{type(exc).__name__}: {exc}", markup=False, highlight=False,
+                      soft_wrap=True)
+            return EXIT_FAILED
+        startup = time.monotonic() - started
+        result = await _drive(args, agent, abort, prompts, settings, stack, err, interrupts)
+    finally:
+        if stack is not None:
+            await stack.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return _finish(args, settings, stack, result, startup, out, err)
+
+
+async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
+                 prompts: list[PromptItem], settings: RolloutSettings, stack: Stack,
+                 err: Console, interrupts: _Interrupts) -> RolloutResult:
+    progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
+                        TimeElapsedColumn(), console=err, transient=False)
+    failed = 0
+    generated = 0
+
+    def on_result(result: TrajectoryResult) -> None:
+        nonlocal failed, generated
+        if result.error is not None:
+            failed += 1
+            progress.console.print(f"tito rollout: {result.label} failed: {result.error}",
+                                   markup=False, highlight=False, soft_wrap=True)
+        for sample in result.samples:
+            if sample.loss_mask is not None:
+                generated += int(sample.loss_mask.sum())
+        progress.update(task, advance=1,
+                        status=f"{generated} tok" + (f", {failed} failed" if failed else ""))
+
+    driver = RolloutDriver(stack.gateway_url, agent, prompts, settings, abort_hook=abort,
+                           on_result=on_result)
+    interrupts.driver = driver
+    err.print(f"tito rollout: {driver.total} trajectories, {stack.description}, "
+              f"gateway {stack.gateway_url}", markup=False, highlight=False, soft_wrap=True)
+    with progress:
+        task = progress.add_task("rollout", total=driver.total, status="")
+        return await driver.run()
+
+
+def _finish(args: argparse.Namespace, settings: RolloutSettings, stack: Stack | None,
+            result: RolloutResult, startup: float, out: Console, err: Console) -> int:
+    from tito.client.writers import write_rollout
+
+    summary = summarize(result)
+    out_dir = Path(args.out)
+    if result.interrupted:
+        code = EXIT_INTERRUPTED
+    else:
+        code = EXIT_OK if summary.ok else EXIT_FAILED
+    record = {"config": _config_record(args, stack, settings), **summary.to_dict(),
+              "startup_s": round(startup, 3), "exit_code": code,
+              "files": {"samples": "samples.parquet", "summary": "summary.json"}}
+    rows = [(t.prompt_index, t.sample_index, s) for t, s in result.samples()]
+    try:
+        write_rollout(out_dir, rows, record)
+    except Exception as exc:
+        err.print(f"tito rollout: cannot write {out_dir}: {type(exc).__name__}: {exc}",
+                  markup=False, highlight=False, soft_wrap=True)
+        out.print(summary_table(summary, None, startup))
+        return EXIT_FAILED
+    out.print(summary_table(summary, out_dir, startup))
+    for line in summary.violations:
+        err.print(f"tito rollout: TITO violation: {line}", markup=False, highlight=False,
+                  soft_wrap=True)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tito rollout``: validate the inputs (exit 2 on a problem), then run."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        _check_args(args)
+        settings = settings_from_args(args)
+        agent, abort = resolve_agent(args.agent)
+        prompts = load_prompts(args.data, limit=args.limit)
+    except (RolloutInputError, ValueError) as exc:
+        print(f"tito rollout: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tito rollout: interrupted; nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    try:
+        return asyncio.run(_run_async(args, agent, abort, prompts, settings))
+    except KeyboardInterrupt:  # before the handlers were installed, or after removal
+        print("tito rollout: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tito.client.rollout_cli``: ``tito rollout`` without the ``tito`` front end."""
+    parser = argparse.ArgumentParser(prog="tito rollout", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
