@@ -34,8 +34,15 @@ class ServerConfig:
             )
         if self.chat_template is not None and self.family != "default":
             raise BadRequest("--chat-template is only allowed with --family default")
+        if self.engine not in ("sglang", "embedded"):
+            raise BadRequest(f"unknown engine {self.engine!r}; use sglang or embedded")
         if self.engine == "sglang" and not self.engine_url:
             raise BadRequest("--engine sglang needs --engine-url")
+        if self.engine == "sglang" and not self.tokenizer:
+            raise BadRequest("--tokenizer is required with --engine sglang")
+        if self.engine == "embedded" and self.tokenizer:
+            raise BadRequest("--tokenizer is not used with --engine embedded (the embedded "
+                             "model brings its own tokenizer)")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise BadRequest("--max-seq-len must be at least 2")
         if self.default_max_tokens < 1:

@@ -278,7 +278,7 @@ async def start_stack(args: argparse.Namespace, console: Console) -> Stack:
                 embedded = await EmbeddedEngine.create()
             engine = embedded
             renderer = build_renderer(family, embedded.tokenizer)
-            tokenizer, engine_url, description = "embedded", None, "embedded SmolLM2-135M"
+            tokenizer, engine_url, description = "", None, "embedded SmolLM2-135M"
         else:
             from tito.engines.sglang import SGLangEngine
 

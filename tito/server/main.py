@@ -21,15 +21,17 @@ log = logging.getLogger("tito.serve")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=["sglang"], default="sglang",
+    p.add_argument("--engine", choices=["sglang", "embedded"], default="sglang",
                    help="inference engine behind the gateway (sglang: native /generate, "
-                        "also what `tito mock-engine` speaks)")
+                        "also what `tito mock-engine` speaks; embedded: SmolLM2-135M-Instruct "
+                        "on this CPU, in-process, with its own tokenizer)")
     p.add_argument("--engine-url", help="base URL of the engine, e.g. http://127.0.0.1:30000")
-    p.add_argument("--tokenizer", required=True,
+    p.add_argument("--tokenizer", default=None,
                    help="local folder with tokenizer.json (or vocab.json + merges.txt) and "
-                        "the chat template; loaded offline")
-    p.add_argument("--family", default="default", choices=sorted(FAMILIES),
-                   help="model family: its renderer, junction rule, stop ids and parser")
+                        "the chat template; loaded offline (required unless --engine embedded)")
+    p.add_argument("--family", default=None, choices=sorted(FAMILIES),
+                   help="model family: its renderer, junction rule, stop ids and parser "
+                        "(unset: chatml with --engine embedded, else default)")
     p.add_argument("--chat-template", default=None,
                    help="a chat template file (only with --family default)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -61,8 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    family = args.family or ("chatml" if args.engine == "embedded" else "default")
     return ServerConfig(
-        tokenizer=args.tokenizer, family=args.family, engine=args.engine,
+        tokenizer=args.tokenizer or "", family=family, engine=args.engine,
         engine_url=args.engine_url, chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         session_version=args.session_version, max_seq_len=args.max_seq_len,
@@ -74,6 +77,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def build_engine(config: ServerConfig) -> Engine:
+    if config.engine == "embedded":
+        from tito.engines.embedded import EmbeddedEngine  # imports torch: only here
+
+        return EmbeddedEngine()
     from tito.engines.sglang import SGLangEngine
 
     assert config.engine_url is not None
@@ -83,8 +90,13 @@ def build_engine(config: ServerConfig) -> Engine:
 def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = None,
                   engine: Engine | None = None) -> Gateway:
     config.validate()
-    renderer = renderer or build_renderer(config.family, config.tokenizer,
-                                          chat_template=config.chat_template)
+    if engine is None:
+        engine = build_engine(config)
+    if renderer is None:
+        tokenizer = getattr(engine, "tokenizer", None) if config.engine == "embedded" \
+            else config.tokenizer
+        renderer = build_renderer(config.family, tokenizer,
+                                  chat_template=config.chat_template)
     report = verify_renderer(renderer).summary()
     if not report["passed"]:
         message = (f"family {config.family!r} failed the append-only self-check: "
@@ -92,7 +104,7 @@ def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = N
         if config.strict_template:
             raise TitoError(message, code="template_not_append_only")
         log.warning("%s (serving anyway; --strict-template refuses)", message)
-    return Gateway(config, renderer, engine or build_engine(config), self_check=report)
+    return Gateway(config, renderer, engine, self_check=report)
 
 
 def run(args: argparse.Namespace) -> int:

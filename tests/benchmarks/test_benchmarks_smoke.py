@@ -1,0 +1,62 @@
+"""The benchmark scripts cannot rot: each runs a tiny workload and prints its table.
+
+Not timed: these assert only that the script completes and prints its table(s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support import REPO, tokenizer_dir
+
+BENCH = REPO / "benchmarks"
+
+
+def run_benchmark(script: str, *args: str, tmp_path: Path) -> str:
+    out = tmp_path / "figures.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--tokenizer", str(tokenizer_dir("qwen3")),
+         "--json", str(out), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert out.is_file() and out.stat().st_size > 0
+    return proc.stdout
+
+
+def test_gateway_overhead_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("gateway_overhead.py", "--sessions", "2", "--turns", "3",
+                        "--input-tokens", "16", "--output-tokens", "16", "--repeat", "1",
+                        "--r3-bytes-per-token", "1000", tmp_path=tmp_path)
+    assert "gateway overhead" in out
+    for label in ("turns/s", "latency p50 (ms)", "server CPU per turn (ms)", "direct engine",
+                  "pass-through", "tito gateway", "targets"):
+        assert label in out, label
+
+
+def test_gateway_overhead_user_role_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("gateway_overhead.py", "--sessions", "2", "--turns", "2",
+                        "--input-tokens", "16", "--output-tokens", "12", "--repeat", "1",
+                        "--append-role", "user", "--modes", "gateway", tmp_path=tmp_path)
+    assert "append=user" in out and "turns/s" in out
+
+
+def test_turn_scaling_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("turn_scaling.py", "--turns", "4", "--repeat", "1",
+                        "--baseline-reps", "1", "--input-tokens", "16", "--output-tokens", "16",
+                        tmp_path=tmp_path)
+    assert "turn scaling" in out
+    assert "full re-render" in out and "where a turn's work grows" in out
+
+
+def test_memory_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("memory.py", "--sessions", "4", "--turns", "2", "--input-tokens", "32",
+                        "--output-tokens", "32", "--samples", "2", "--inprocess-sessions", "2",
+                        "--long-turns", "3", tmp_path=tmp_path)
+    for label in ("RSS per stored token", "bytes per stored token by owner",
+                  "samples payload", "GET /sessions/<id> body size"):
+        assert label in out, label

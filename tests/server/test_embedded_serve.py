@@ -1,0 +1,47 @@
+"""`tito serve --engine embedded`: a real model behind the gateway, through the openai SDK."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from support import start_tito
+
+from tito.samples import decode_samples
+
+pytest.importorskip("torch")
+pytest.importorskip("tito.engines.embedded")
+
+
+def test_embedded_serve_two_turns_exact_sample() -> None:
+    gateway = start_tito("serve", "--engine", "embedded", "--port", "0", timeout=180)
+    try:
+        health = httpx.get(gateway.url + "/health").json()
+        assert health["engine"]["name"] == "embedded" and health["family"] == "chatml"
+        assert health["capabilities"]["append_only_verified"] is True
+        sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
+                               max_retries=0)
+        messages = [{"role": "user", "content": "What is 2+3? Answer with a number."}]
+        first = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
+                                               temperature=0)
+        messages += [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "user", "content": "Are you sure?"}]
+        second = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
+                                                temperature=0)
+        assert second.usage.prompt_tokens > first.usage.prompt_tokens + \
+            first.usage.completion_tokens
+        info = httpx.get(f"{gateway.url}/sessions/{sid}?include_ids=true").json()
+        r0, r1 = info["records"]
+        assert r1["prompt_len"] == r0["prompt_len"] + r0["output_len"] + r1["bridge_len"]
+        resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+        sample = decode_samples(resp.content).samples[0]
+        expected = r0["bridge_ids"] + r0["output_ids"] + r1["bridge_ids"] + r1["output_ids"]
+        assert sample.tokens.tolist() == expected
+        mask = [1] * r0["output_len"] + [0] * r1["bridge_len"] + [1] * r1["output_len"]
+        assert sample.loss_mask.tolist() == mask[: sample.response_length]
+        assert np.array_equal(sample.rollout_log_probs[: r0["output_len"]],
+                              np.asarray(r0["logprobs"], dtype=np.float32))
+    finally:
+        gateway.stop()
