@@ -34,7 +34,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tito.engines.mock_directives import MockModel, Plan, prompt_digest, token_logprob
-from tito.net import bind_tcp, url_of
+from tito.net import bind_tcp, serve_forever
 
 SAMPLING_KEYS = (
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
@@ -824,7 +824,6 @@ def build_engine(config: MockConfig) -> MockEngine:
 
 def run(args: argparse.Namespace) -> int:
     """Run the mock engine until interrupted."""
-    import uvicorn
 
     config = MockConfig(
         tokenizer_dir=args.tokenizer, family=args.family, latency_ms=args.latency_ms,
@@ -852,17 +851,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"tito mock-engine: cannot listen on {args.host}:{args.port}: {exc}",
               file=sys.stderr)
         return 2
-    server = uvicorn.Server(uvicorn.Config(
-        engine.app(), log_level=args.log_level, access_log=False, lifespan="off",
-        timeout_graceful_shutdown=2))
-
-    async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.005)
-        if server.started:
-            print(f"tito mock-engine listening on {url_of(sock)}", flush=True)
-        await task
-
-    asyncio.run(main())
+    serve_forever(engine.app(), sock, name="tito mock-engine", log_level=args.log_level,
+                  lifespan="off", timeout_graceful_shutdown=2)
     return 0

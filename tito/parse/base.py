@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,23 @@ class ParsedCompletion:
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def make_call(name: str, arguments: dict[str, Any], call_id: str | None = None
+              ) -> dict[str, Any]:
+    """An OpenAI tool call; ``arguments`` serialized as a JSON string."""
+    return {"id": call_id or new_call_id(), "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def call_arguments(value: Any) -> dict[str, Any] | None:
+    """Tool-call arguments as an object (given as one or as a JSON string), else None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
 
 
 def api_finish_reason(engine_finish: str, has_tool_calls: bool) -> str:

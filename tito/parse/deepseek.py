@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, extract_blocks, json_object, make_call
+from tito.parse.base import make_call
+from tito.parse.tagged import Call, TaggedParser, extract_blocks, json_object
 
 _V31_BLOCK = re.compile(r"<｜tool▁calls▁begin｜>(.*?)<｜tool▁calls▁end｜>", re.DOTALL)
 _V31_CALL = re.compile(r"<｜tool▁call▁begin｜>(.*?)<｜tool▁sep｜>(.*?)<｜tool▁call▁end｜>",

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks, make_call
+from tito.parse.base import make_call
+from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks
 
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)

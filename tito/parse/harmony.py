@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tito.parse.base import ParsedCompletion, api_finish_reason
-from tito.parse.tagged import Call, TaggedParser, json_object, make_call
+from tito.parse.base import ParsedCompletion, api_finish_reason, make_call
+from tito.parse.tagged import Call, TaggedParser, json_object
 
 _RECIPIENT = re.compile(r"to=functions\.([^\s<]+)")
 _ENDS = ("<|end|>", "<|call|>", "<|return|>")

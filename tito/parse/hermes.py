@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.base import ParsedCompletion, api_finish_reason, new_call_id
+from tito.parse.base import ParsedCompletion, api_finish_reason, call_arguments, make_call
 from tito.render.tokenizer import Tokenizer
 
 _CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -26,19 +26,8 @@ def _parse_call(body: str) -> dict[str, Any] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
-    args = obj.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return {
-        "id": new_call_id(),
-        "type": "function",
-        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
-    }
+    args = call_arguments(obj.get("arguments", {}))
+    return None if args is None else make_call(obj["name"], args)
 
 
 def split_reasoning(text: str, *, opened: bool = False) -> tuple[str | None, str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tito.parse.tagged import Call, TaggedParser, extract_blocks, json_object, make_call
+from tito.parse.base import make_call
+from tito.parse.tagged import Call, TaggedParser, extract_blocks, json_object
 
 _SECTION = re.compile(r"<\|tool_calls_section_begin\|>(.*?)<\|tool_calls_section_end\|>",
                       re.DOTALL)

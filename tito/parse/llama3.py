@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, make_call
+from tito.parse.base import call_arguments, make_call
+from tito.parse.tagged import Call, TaggedParser
 
 _START = re.compile(r'\{\s*"name"\s*:')
 _DECODER = json.JSONDecoder()
@@ -26,13 +26,8 @@ def _calls_from(text: str) -> list[Call] | None:
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return None
-        args: Any = obj.get("parameters", obj.get("arguments", {}))
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return None
-        if not isinstance(args, dict):
+        args = call_arguments(obj.get("parameters", obj.get("arguments", {})))
+        if args is None:
             return None
         calls.append(make_call(obj["name"], args))
         rest = text[pos:].lstrip()

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks, make_call
+from tito.parse.base import make_call
+from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks
 
 _BLOCK = re.compile(r"\n?<minimax:tool_call>\n?(.*?)</minimax:tool_call>", re.DOTALL)
 _INVOKE = re.compile(r'<invoke name="([^"]+)">\n?(.*?)</invoke>\n?', re.DOTALL)

@@ -11,9 +11,9 @@ import re
 import secrets
 import string
 from dataclasses import dataclass
-from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, make_call
+from tito.parse.base import call_arguments, make_call
+from tito.parse.tagged import Call, TaggedParser
 
 _ALPHABET = string.ascii_letters + string.digits
 _VALID_ID = re.compile(r"^[A-Za-z0-9]{9}$")
@@ -35,13 +35,8 @@ def _calls(body: str) -> tuple[list[Call], str] | None:
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             return None
-        args: Any = item.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return None
-        if not isinstance(args, dict):
+        args = call_arguments(item.get("arguments", {}))
+        if args is None:
             return None
         cid = item.get("id")
         cid = cid if isinstance(cid, str) and _VALID_ID.match(cid) else mistral_call_id()

@@ -14,16 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito.parse.base import ParsedCompletion, api_finish_reason, new_call_id
+from tito.parse.base import ParsedCompletion, api_finish_reason
 from tito.render.tokenizer import Tokenizer
 
 Call = dict[str, Any]
 _NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
-
-
-def make_call(name: str, arguments: dict[str, Any], call_id: str | None = None) -> Call:
-    return {"id": call_id or new_call_id(), "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
 def coerce_value(raw: str) -> Any:

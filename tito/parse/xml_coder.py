@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks, make_call
+from tito.parse.base import make_call
+from tito.parse.tagged import Call, TaggedParser, coerce_value, extract_blocks
 
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _FUNC = re.compile(r"^<function=([^>\n]+)>\n?(.*?)\n?</function>$", re.DOTALL)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 
@@ -108,9 +107,7 @@ def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = N
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from tito.net import bind_tcp, url_of
+    from tito.net import bind_tcp, serve_forever
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -125,16 +122,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tito serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False,
-                                           timeout_graceful_shutdown=5))
-
-    async def serve() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.005)
-        if server.started:
-            print(f"tito serve listening on {url_of(sock)}", flush=True)
-        await task
-
-    asyncio.run(serve())
+    serve_forever(app, sock, name="tito serve", log_level=args.log_level,
+                  timeout_graceful_shutdown=5)
     return 0
