@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from tito.errors import BadRequest, TokenizationError
 from tito.parse.base import ParsedCompletion, Parser
 from tito.render.template import render_template
@@ -151,6 +153,9 @@ class TemplateRenderer:
             "eos_token": spec.eos_token or tokenizer.eos_token,
         }
         self.closer_texts: tuple[str, ...] = (*self.stop_texts, *spec.history_closers)
+        # a template that reads the clock (strftime_now) renders differently over time
+        self._base_cache: dict[bytes, str] | None = (
+            None if "strftime_now" in template else {})
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -280,7 +285,7 @@ class TemplateRenderer:
             )
         base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
                 self._dummy_assistant(previous)]
-        base_text = self.render_text(base, tools=tools, template_kwargs=template_kwargs)
+        base_text = self._base_text(base, previous, tools, template_kwargs)
         full_text = self.render_text([*base, *appended], tools=tools,
                                      template_kwargs=template_kwargs, add_generation_prompt=True)
         if not full_text.startswith(base_text):
@@ -292,6 +297,26 @@ class TemplateRenderer:
         diff = full_text[len(base_text) :]
         drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+
+    def _base_text(self, base: list[Message], previous: Message | None,
+                   tools: list[dict[str, Any]] | None,
+                   template_kwargs: dict[str, Any] | None) -> str:
+        """The render of the bridge's synthetic base, cached by what it depends on (the
+        tools, the template kwargs and the previous turn's tool calls)."""
+        if self._base_cache is None:
+            return self.render_text(base, tools=tools, template_kwargs=template_kwargs)
+        calls = previous.get("tool_calls") if previous else None
+        try:
+            key = orjson.dumps([tools, template_kwargs, calls or None])
+        except TypeError:  # not JSON-serializable: render, do not cache
+            return self.render_text(base, tools=tools, template_kwargs=template_kwargs)
+        text = self._base_cache.get(key)
+        if text is None:
+            text = self.render_text(base, tools=tools, template_kwargs=template_kwargs)
+            if len(self._base_cache) >= 1024:
+                self._base_cache.clear()
+            self._base_cache[key] = text
+        return text
 
     def junction(self, base_text: str, stored_last_id: int | None) -> tuple[int, str]:
         """(stored ids to drop, text to add before the bridge) where snapshot meets bridge."""

@@ -150,7 +150,7 @@ async def delete_session(gateway: Gateway, request: Request) -> Response:
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = _session(gateway, request)
     data = await read_json(request, gateway.config.max_body_bytes)
-    chat = parse_chat_request(data)
+    chat = parse_chat_request(data, known=session.messages)
     turn = TurnRequest(
         messages=session_messages(data),
         tools=data.get("tools") or None,

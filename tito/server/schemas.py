@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from tito.engines.base import SamplingParams
 from tito.errors import BadRequest
@@ -148,12 +148,38 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_chat_request(data: Any) -> ChatCompletionRequest:
+class _Envelope(ChatCompletionRequest):
+    """The request with its messages left unvalidated (they are checked one by one)."""
+
+    messages: list[Any] = Field(min_length=1)  # type: ignore[assignment]
+
+
+_MESSAGE = TypeAdapter(ChatMessage)
+
+
+def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None
+                       ) -> ChatCompletionRequest:
+    """Validate a chat request.
+
+    ``known``: the session's stored messages (each validated when it was first sent, or
+    written by the gateway). A request whose messages start with exactly these is checked
+    only for the rest; any failure re-runs the full validation, so the outcome and the
+    error text are the same as validating everything.
+    """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     kwargs = data.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise BadRequest("chat_template_kwargs must be an object", code="invalid_template_kwargs")
+    messages = data.get("messages")
+    if known and isinstance(messages, list) and messages[: len(known)] == known:
+        try:
+            request = _Envelope.model_validate(data)
+            for message in messages[len(known) :]:
+                _MESSAGE.validate_python(message)
+            return request
+        except ValidationError:
+            pass  # the full validation below words the error
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:

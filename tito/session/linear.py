@@ -24,7 +24,7 @@ from tito.engines.base import GenerateResult
 from tito.errors import BadRequest, Conflict
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
-from tito.session.matchers import Matcher
+from tito.session.matchers import BUILTIN, Matcher
 from tito.session.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord, snapshot_ids
 
 Message = dict[str, Any]
@@ -69,6 +69,8 @@ class LinearSession:
         self.session_id = session_id
         self.renderer = renderer
         self.matcher = matcher
+        # equal messages match under every builtin matcher (not necessarily a custom one)
+        self._exact_matches = matcher in BUILTIN.values()
         self.max_rollback = max_rollback
         self.messages: list[Message] = []
         self.records: list[TurnRecord] = []
@@ -82,6 +84,9 @@ class LinearSession:
 
     # -- planning -------------------------------------------------------------------------
     def _match_len(self, request: list[Message]) -> int:
+        kept = self.messages
+        if self._exact_matches and request[: len(kept)] == kept:
+            return len(kept)  # one C-level comparison: equal dicts match every builtin
         n = 0
         for stored, replayed in zip(self.messages, request, strict=False):
             if not self.matcher(stored, replayed):
