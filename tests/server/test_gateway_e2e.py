@@ -362,3 +362,24 @@ def test_length_finish_and_extension(stack: Any) -> None:
     sample = collect(gateway.url, sid).samples[0]
     assert sample.status == "truncated"  # the trajectory ends at the cut turn
     assert len(sample.tokens) == len(log[0]["input_ids"]) + 8
+
+
+def test_get_session_pages_are_bounded(stack: Any) -> None:
+    _, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    msgs: list[dict[str, Any]] = []
+    for i in range(3):
+        msgs.append({"role": "user", "content": f"SAY turn {i}"})
+        r = client.chat.completions.create(model="m", messages=msgs)
+        msgs.append(as_message(r.choices[0].message))
+    url = f"{gateway.url}/sessions/{sid}"
+    first = httpx.get(url, params={"limit": 2}).json()
+    assert [r["turn"] for r in first["records"]] == [0, 1]
+    assert first["page"]["next_offset"] == 2 and first["page"]["total"] == 3
+    last = httpx.get(url, params={"offset": 2, "include_ids": "true"}).json()
+    assert [r["turn"] for r in last["records"]] == [2] and last["page"]["next_offset"] is None
+    assert len(last["records"][0]["output_ids"]) == last["records"][0]["output_len"]
+    for bad in ({"limit": 0}, {"limit": 5000}, {"offset": -1}, {"offset": "x"}):
+        resp = httpx.get(url, params=bad)
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"

@@ -24,6 +24,9 @@ from tito.session.linear import LinearSession, TurnRequest
 log = logging.getLogger("tito.server")
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_PAGE = 1000
+PAGE_ID_BUDGET = 65_536
+"""With ``include_ids``, a page stops before its records' ids exceed this many tokens
+(at least one record is always returned), so no reply grows to many megabytes."""
 
 
 def _guard(gateway: Gateway, handler: Callable[[Gateway, Request], Awaitable[Response]]
@@ -102,6 +105,14 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
     limit = _int_param(request, "limit", 100, 1, MAX_PAGE)
     include_ids = _flag(request, "include_ids")
     page = session.records[offset : offset + limit]
+    if include_ids:
+        ids_in_page = 0
+        for n, rec in enumerate(page):
+            ids_in_page += len(rec.bridge_ids) + len(rec.output_ids)
+            if n and ids_in_page > PAGE_ID_BUDGET:
+                page = page[:n]
+                break
+    end = offset + len(page)
     records = []
     for rec in page:
         item: dict[str, Any] = {
@@ -125,7 +136,8 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
     body: dict[str, Any] = {
         "session_id": session.session_id,
         "records": records,
-        "page": {"offset": offset, "limit": limit, "total": len(session.records)},
+        "page": {"offset": offset, "limit": limit, "total": len(session.records),
+                 "next_offset": end if end < len(session.records) else None},
         "metadata": {
             "session_version": session.version,
             "family": gateway.renderer.family,
@@ -138,7 +150,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
         },
     }
     if _flag(request, "include_messages"):
-        body["messages"] = session.messages[offset : offset + limit]
+        body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)
 
 
