@@ -15,7 +15,7 @@ pytest.importorskip("tito.engines.embedded")
 
 
 def test_embedded_serve_two_turns_exact_sample() -> None:
-    gateway = start_tito("serve", "--engine", "embedded", "--port", "0", timeout=180)
+    gateway = start_tito("serve", "--port", "0", timeout=180)  # embedded is the default
     try:
         health = httpx.get(gateway.url + "/health").json()
         assert health["engine"]["name"] == "embedded" and health["family"] == "chatml"

@@ -20,10 +20,11 @@ log = logging.getLogger("tito.serve")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=["sglang", "embedded"], default="sglang",
-                   help="inference engine behind the gateway (sglang: native /generate, "
-                        "also what `tito mock-engine` speaks; embedded: SmolLM2-135M-Instruct "
-                        "on this CPU, in-process, with its own tokenizer)")
+    p.add_argument("--engine", choices=["embedded", "sglang"], default=None,
+                   help="inference engine behind the gateway (embedded: SmolLM2-135M-Instruct "
+                        "on this CPU, in-process, with its own tokenizer; sglang: native "
+                        "/generate, also what `tito mock-engine` speaks). Unset: sglang when "
+                        "--engine-url is given, else embedded")
     p.add_argument("--engine-url", help="base URL of the engine, e.g. http://127.0.0.1:30000")
     p.add_argument("--tokenizer", default=None,
                    help="local folder with tokenizer.json (or vocab.json + merges.txt) and "
@@ -62,9 +63,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    family = args.family or ("chatml" if args.engine == "embedded" else "default")
+    engine = args.engine or ("sglang" if args.engine_url else "embedded")
+    family = args.family or ("chatml" if engine == "embedded" else "default")
     return ServerConfig(
-        tokenizer=args.tokenizer or "", family=family, engine=args.engine,
+        tokenizer=args.tokenizer or "", family=family, engine=engine,
         engine_url=args.engine_url, chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         session_version=args.session_version, max_seq_len=args.max_seq_len,
