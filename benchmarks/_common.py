@@ -17,7 +17,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,80 +31,25 @@ QWEN3_DIR = SHARED / "fixtures" / "tokenizers" / "qwen3"
 if str(REPO) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO))
 
+from tito.launch import ServerProcess  # noqa: E402
+from tito.launch import start_server as launch_server  # noqa: E402
+
 # One-token words (with their leading space) of the Qwen3 vocabulary.
 WORDS = ("the quick brown fox jumps over the lazy dog and keeps running through the long "
          "green field while the sun goes down over the quiet hills").split()
 
 
 # -- processes ---------------------------------------------------------------------------
-@dataclass
-class Proc:
-    """A server subprocess that printed ``... listening on http://HOST:PORT``."""
-
-    name: str
-    process: subprocess.Popen[str]
-    url: str
-    lines: list[str]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-_LISTEN = re.compile(r"listening on (http://\S+)")
+Proc = ServerProcess
 
 
 def start_server(name: str, cmd: Sequence[str], *, health: str = "/health",
                  timeout: float = 120.0) -> Proc:
-    """Start ``cmd``, wait for its ``listening on URL`` line and a 200 on ``health``."""
+    """Start ``cmd`` from the tree under test (``TITO_BENCH_ROOT``, default this checkout)."""
     root = tito_root()
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=root, env=env)
-    lines: list[str] = []
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if len(lines) > 2000:
-                del lines[:1000]
-            if not found and (m := _LISTEN.search(line)):
-                found.append(m.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    ready.wait(timeout)
-    if not found:
-        proc.kill()
-        raise RuntimeError(f"{name} did not start:\n" + "\n".join(lines[-40:]))
-    url = found[0]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + health, timeout=5) as resp:
-                if resp.status == 200:
-                    return Proc(name, proc, url, lines)
-        except (urllib.error.URLError, OSError):
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{name} never became healthy:\n" + "\n".join(lines[-40:]))
+    return launch_server(name, cmd, cwd=root, env={"PYTHONPATH": path}, health=health,
+                         timeout=timeout)
 
 
 def tito_root() -> Path:

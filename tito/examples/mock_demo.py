@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from rich.text import Text
 
 from tito.client.agent import generate
 from tito.client.tracer import SessionTracer
+from tito.launch import start_server, tito_command
 from tito.samples import Sample
 
 TOOLS = [{"type": "function", "function": {
@@ -58,16 +57,6 @@ async def weather_agent(base_url: str, prompt: list[dict[str, Any]],
     return {"reward": 1.0, "turns": turns}
 
 
-def start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tito.cli", *cmd], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if m := re.search(r"listening on (http://\S+)", line):
-            return proc, m.group(1)
-    raise RuntimeError(f"{cmd[0]} exited before listening")
-
-
 def show(sample: Sample, tokenizer_dir: str, family: str) -> None:
     from tito.render import build_renderer
 
@@ -97,12 +86,17 @@ def show(sample: Sample, tokenizer_dir: str, family: str) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    engine, engine_url = start(["mock-engine", "--tokenizer", args.tokenizer,
-                                "--family", args.family, "--port", "0"])
-    gateway, gateway_url = start(["serve", "--engine-url", engine_url, "--tokenizer",
-                                  args.tokenizer, "--family", args.family, "--port", "0"])
+    engine = start_server("tito mock-engine", tito_command(
+        "mock-engine", "--tokenizer", args.tokenizer, "--family", args.family, "--port", "0"))
     try:
-        async with SessionTracer(gateway_url) as tracer:
+        gateway = start_server("tito serve", tito_command(
+            "serve", "--engine-url", engine.url, "--tokenizer", args.tokenizer,
+            "--family", args.family, "--port", "0"))
+    except RuntimeError:
+        engine.stop()
+        raise
+    try:
+        async with SessionTracer(gateway.url) as tracer:
             prompt = [{"role": "system", "content": "You are a weather assistant."},
                       {"role": "user", "content": 'THINK Paris first.\n'
                                                   'CALL get_weather {"city": "Paris"}'}]
@@ -112,8 +106,8 @@ async def main_async(args: argparse.Namespace) -> int:
         print(json.dumps({"turns": samples[0].metadata.get("turns"),
                           "status": samples[0].status}))
     finally:
-        gateway.terminate()
-        engine.terminate()
+        gateway.stop()
+        engine.stop()
     return 0
 
 

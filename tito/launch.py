@@ -1,0 +1,96 @@
+"""Starting our HTTP servers as child processes (tests, benchmarks, demos).
+
+Every server of ours prints ``<name> listening on http://HOST:PORT`` once it accepts
+connections (see :func:`tito.net.serve_forever`), so a caller can ask for ``--port 0`` and
+learn the port from that line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LISTEN_LINE = re.compile(r"listening on (http://\S+)")
+
+
+@dataclass
+class ServerProcess:
+    """A server child process that announced its URL; ``lines`` is its recent output."""
+
+    name: str
+    process: subprocess.Popen[str]
+    url: str
+    lines: list[str]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def tito_command(*args: str) -> list[str]:
+    """``python -m tito.cli ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "tito.cli", *args]
+
+
+def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None,
+                 env: dict[str, str] | None = None, health: str = "/health",
+                 timeout: float = 120.0) -> ServerProcess:
+    """Start ``cmd``, wait for its ``listening on URL`` line and a 200 on ``health``.
+
+    Raises RuntimeError with the process's last output lines when it does not come up.
+    """
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=cwd, env=full_env)
+    lines: list[str] = []
+    found: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if len(lines) > 2000:
+                del lines[:1000]
+            if not found and (m := LISTEN_LINE.search(line)):
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    ready.wait(timeout)
+    if not found:
+        proc.kill()
+        raise RuntimeError(f"{name} did not start:\n" + "\n".join(lines[-40:]))
+    url = found[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + health, timeout=5) as resp:
+                if resp.status == 200:
+                    return ServerProcess(name, proc, url, lines)
+        except (urllib.error.URLError, OSError):
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{name} never became healthy:\n" + "\n".join(lines[-40:]))
