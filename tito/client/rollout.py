@@ -167,7 +167,7 @@ def resolve_agent(spec: str) -> tuple[AgentFn, AbortFn | None]:
 class RolloutSettings:
     """How trajectories are run (the ``tito rollout`` flags of the same names)."""
 
-    concurrency: int = 4
+    concurrency: int = 8
     n_per_prompt: int = 1
     max_turns: int = 3
     max_seq_len: int | None = None
