@@ -19,6 +19,7 @@ from tito.engines.base import Engine, GenerateResult, SamplingParams
 from tito.errors import BadRequest, Conflict, TitoError
 from tito.parse.base import ParsedCompletion
 from tito.render.base import TemplateRenderer
+from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
 from tito.server.metrics import Metrics
 from tito.session.linear import LinearSession, TurnRequest
@@ -117,8 +118,6 @@ class Gateway:
                               empty_reason=result.empty_reason)
 
     def session_metadata(self, session: LinearSession) -> dict[str, Any]:
-        from tito.render.compare import mismatch_report
-
         meta: dict[str, Any] = {
             "session_id": session.session_id,
             "session_version": session.version,
