@@ -147,9 +147,14 @@ def sample_sizes(gateway_url: str, sids: list[str]) -> dict[str, float]:
 
     from tito.samples import META_KEY, decode_samples
 
-    payload = raw = meta = response = metadata = meta_z = 0
+    payload = raw = meta = response = metadata = meta_z = lean = 0
     seconds = 0.0
     for sid in sids:
+        lean_req = urllib.request.Request(
+            f"{gateway_url}/sessions/{sid}/samples", data=b'{"include_response": false}',
+            method="POST", headers={"content-type": "application/json"})
+        with urllib.request.urlopen(lean_req, timeout=120) as resp:
+            lean += len(resp.read())
         req = urllib.request.Request(f"{gateway_url}/sessions/{sid}/samples", data=b"{}",
                                      method="POST",
                                      headers={"content-type": "application/json"})
@@ -170,7 +175,8 @@ def sample_sizes(gateway_url: str, sids: list[str]) -> dict[str, float]:
         meta_z += len(zlib.compress(meta_bytes, 6))
     n = max(1, len(sids))
     return {"payload": payload / n, "raw": raw / n, "meta": meta / n, "response": response / n,
-            "metadata": metadata / n, "meta_zlib": meta_z / n, "ms": seconds * 1000 / n}
+            "metadata": metadata / n, "meta_zlib": meta_z / n, "lean": lean / n,
+            "ms": seconds * 1000 / n}
 
 
 def page_sizes(gateway_url: str, sid: str) -> list[tuple[str, int, float]]:
@@ -268,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{smp['response'] / smp['raw']:.3f}x"],
          ["  of which sample metadata", f"{smp['metadata']:,.0f}",
           f"{smp['metadata'] / smp['raw']:.3f}x"],
+         ['payload with {"include_response": false}', f"{smp['lean']:,.0f}",
+          f"{smp['lean'] / smp['raw']:.3f}x"],
          ["(estimate) with zlib-compressed meta (mock text: optimistic)",
           f"{smp['payload'] - smp['meta'] + smp['meta_zlib']:,.0f}",
           f"{(smp['payload'] - smp['meta'] + smp['meta_zlib']) / smp['raw']:.3f}x"],

@@ -412,7 +412,7 @@ def test_rejects_orphan_tensors() -> None:
         ("response_length", 6.0, "sample 0: response_length must be a non-negative int"),
         ("response_length", -1, "sample 0: response_length must be a non-negative int"),
         ("status", "pending", "sample 0: status must be one of"),
-        ("response", 3, "sample 0: response must be a str, got int"),
+        ("response", 3, "sample 0: response must be a str or null, got int"),
         ("weight_versions", [1], "sample 0: weight_versions must be a list of str or null"),
         ("reward", True, "sample 0: reward must be a number or null, got True"),
     ],
@@ -446,3 +446,12 @@ def test_rejects_sample_meta_shape() -> None:
     tensors, meta = good_parts()
     del meta["samples"][1]["reward"]
     rejects(pack(tensors, meta), "sample 1 meta lacks keys: ['reward']")
+
+
+def test_null_response_round_trips() -> None:
+    sample = Sample(tokens=np.arange(5, dtype=np.int64), response_length=2,
+                    loss_mask=np.ones(2, dtype=np.uint8),
+                    rollout_log_probs=np.full(2, -0.5, dtype=np.float32), response=None)
+    decoded = decode_samples(encode_samples([sample], session_metadata={}, empty_reason=None))
+    assert decoded.samples[0].response is None
+    assert decoded.samples[0].tokens.tolist() == [0, 1, 2, 3, 4]

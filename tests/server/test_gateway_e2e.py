@@ -383,3 +383,20 @@ def test_get_session_pages_are_bounded(stack: Any) -> None:
     for bad in ({"limit": 0}, {"limit": 5000}, {"offset": -1}, {"offset": "x"}):
         resp = httpx.get(url, params=bad)
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
+
+
+def test_samples_without_response_text(stack: Any) -> None:
+    _, gateway = stack
+    sid = new_session(gateway.url)
+    client = client_for(gateway.url, sid)
+    client.chat.completions.create(model="m", messages=[
+        {"role": "user", "content": "SAY " + "many words here " * 20}])
+    full = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={}).content
+    lean = httpx.post(f"{gateway.url}/sessions/{sid}/samples",
+                      json={"include_response": False}).content
+    with_text, without = decode_samples(full).samples[0], decode_samples(lean).samples[0]
+    assert "many words here" in with_text.response and without.response is None
+    assert without.tokens.tolist() == with_text.tokens.tolist()
+    assert len(lean) < len(full)
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={"include_response": 0})
+    assert resp.status_code == 400 and "include_response" in resp.json()["error"]["message"]

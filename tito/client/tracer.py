@@ -72,11 +72,18 @@ class SessionTracer:
             log.warning("DELETE %s failed: %s", session.base_url, exc)
 
     async def collect(self, session: TracedSession, *, max_seq_len: int | None = None,
-                      metadata: dict[str, Any] | None = None) -> DecodedSamples:
-        """Assemble and fetch the samples, then delete the session (always)."""
+                      metadata: dict[str, Any] | None = None,
+                      include_response: bool = True) -> DecodedSamples:
+        """Assemble and fetch the samples, then delete the session (always).
+
+        ``include_response=False`` leaves the decoded response text out of the payload
+        (``Sample.response`` is None): the reply is then the tensors plus small JSON.
+        """
         body: dict[str, Any] = {"max_seq_len": max_seq_len}
         if metadata is not None:
             body["metadata"] = metadata
+        if not include_response:
+            body["include_response"] = False
         try:
             try:
                 resp = await self._client.post(f"{session.base_url}/samples", json=body)

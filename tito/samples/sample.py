@@ -53,8 +53,8 @@ class Sample:
     """float32, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
     rollout_routed_experts: np.ndarray | None = None
     """int32 ``(len(tokens) - 1, layers, top_k)`` expert ids, or None without R3."""
-    response: str = ""
-    """The response region decoded as text."""
+    response: str | None = ""
+    """The response region decoded as text (None when the collector asked to leave it out)."""
     status: SampleStatus = "completed"
     weight_versions: list[str | None] = field(default_factory=list)
     """Engine weight version of each kept turn, in order."""
@@ -113,8 +113,8 @@ def sample_problem(sample: Sample) -> str | None:
         rows = max(n - 1, 0)
         if r3.shape[0] != rows:
             return f"rollout_routed_experts has {r3.shape[0]} rows but len(tokens) - 1 is {rows}"
-    if not isinstance(sample.response, str):
-        return f"response must be a str, got {type(sample.response).__name__}"
+    if sample.response is not None and not isinstance(sample.response, str):
+        return f"response must be a str or null, got {type(sample.response).__name__}"
     if sample.status not in STATUSES:
         return f"status must be one of {list(STATUSES)}, got {sample.status!r}"
     wv = sample.weight_versions

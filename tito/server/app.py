@@ -193,7 +193,7 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
     if not isinstance(data, dict):
         raise BadRequest("samples body must be a JSON object")
-    unknown = set(data) - {"max_seq_len", "metadata"}
+    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
     if unknown:
         raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
     max_seq_len = data.get("max_seq_len")
@@ -203,7 +203,11 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object")
-    payload = gateway.samples_payload(session, max_seq_len, metadata)
+    include_response = data.get("include_response", True)
+    if not isinstance(include_response, bool):
+        raise BadRequest("include_response must be true or false")
+    payload = gateway.samples_payload(session, max_seq_len, metadata,
+                                      include_response=include_response)
     return Response(payload, media_type="application/octet-stream")
 
 

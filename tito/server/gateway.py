@@ -99,7 +99,8 @@ class Gateway:
 
     # -- samples -------------------------------------------------------------------------
     def samples_payload(self, session: LinearSession, max_seq_len: int | None,
-                        metadata: dict[str, Any] | None) -> bytes:
+                        metadata: dict[str, Any] | None, *,
+                        include_response: bool = True) -> bytes:
         if session.in_flight:
             raise Conflict(
                 f"session {session.session_id} has a turn in progress; collect after it ends",
@@ -112,6 +113,7 @@ class Gateway:
             decode=self.renderer.tokenizer.decode,
             max_seq_len=limit,
             metadata={**(metadata or {}), **session_meta},
+            include_response=include_response,
         )
         self.metrics.inc("samples_total", len(result.samples))
         return encode_samples(result.samples, session_metadata=session_meta,
