@@ -221,15 +221,21 @@ def snapshot_state(gateway_url: str, sid: str) -> Any:
     return body
 
 
-def test_deep_divergence_400_state_identical(stack: Any) -> None:
-    _, gateway = stack
-    sid = new_session(gateway.url)
-    client = client_for(gateway.url, sid)
+def three_turn_session(gateway_url: str) -> tuple[str, openai.OpenAI, list[dict[str, Any]]]:
+    """A session with three committed turns, its client and the replayable history."""
+    sid = new_session(gateway_url)
+    client = client_for(gateway_url, sid)
     msgs: list[dict[str, Any]] = []
     for i in range(3):
         msgs.append({"role": "user", "content": f"SAY turn {i}"})
         r = client.chat.completions.create(model="m", messages=msgs)
         msgs.append(as_message(r.choices[0].message))
+    return sid, client, msgs
+
+
+def test_deep_divergence_400_state_identical(stack: Any) -> None:
+    _, gateway = stack
+    sid, client, msgs = three_turn_session(gateway.url)
     before = snapshot_state(gateway.url, sid)
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(
@@ -366,13 +372,7 @@ def test_length_finish_and_extension(stack: Any) -> None:
 
 def test_get_session_pages_are_bounded(stack: Any) -> None:
     _, gateway = stack
-    sid = new_session(gateway.url)
-    client = client_for(gateway.url, sid)
-    msgs: list[dict[str, Any]] = []
-    for i in range(3):
-        msgs.append({"role": "user", "content": f"SAY turn {i}"})
-        r = client.chat.completions.create(model="m", messages=msgs)
-        msgs.append(as_message(r.choices[0].message))
+    sid, _, _ = three_turn_session(gateway.url)
     url = f"{gateway.url}/sessions/{sid}"
     first = httpx.get(url, params={"limit": 2}).json()
     assert [r["turn"] for r in first["records"]] == [0, 1]
