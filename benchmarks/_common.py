@@ -31,8 +31,8 @@ QWEN3_DIR = SHARED / "fixtures" / "tokenizers" / "qwen3"
 if str(REPO) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO))
 
+from tito import launch  # noqa: E402
 from tito.launch import ServerProcess  # noqa: E402
-from tito.launch import start_server as launch_server  # noqa: E402
 
 # One-token words (with their leading space) of the Qwen3 vocabulary.
 WORDS = ("the quick brown fox jumps over the lazy dog and keeps running through the long "
@@ -43,13 +43,16 @@ WORDS = ("the quick brown fox jumps over the lazy dog and keeps running through 
 Proc = ServerProcess
 
 
-def start_server(name: str, cmd: Sequence[str], *, health: str = "/health",
-                 timeout: float = 120.0) -> Proc:
-    """Start ``cmd`` from the tree under test (``TITO_BENCH_ROOT``, default this checkout)."""
+def _from_root() -> dict[str, Any]:
+    """Launch options that run the tree under test (``TITO_BENCH_ROOT``, default this one)."""
     root = tito_root()
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    return launch_server(name, cmd, cwd=root, env={"PYTHONPATH": path}, health=health,
-                         timeout=timeout)
+    return {"cwd": root, "env": {"PYTHONPATH": path}, "timeout": 120.0}
+
+
+def start_server(name: str, cmd: Sequence[str], *, health: str = "/health") -> Proc:
+    """Start ``cmd`` from the tree under test."""
+    return launch.start_server(name, cmd, health=health, **_from_root())
 
 
 def tito_root() -> Path:
@@ -57,22 +60,17 @@ def tito_root() -> Path:
     return Path(os.environ.get("TITO_BENCH_ROOT", REPO)).resolve()
 
 
-def tito_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tito.cli", *args]
-
-
 def start_mock(tokenizer: Path, *, latency_ms: float = 0.0, token_latency_ms: float = 0.0,
                log_size: int = 8) -> Proc:
-    return start_server("mock-engine", tito_cmd(
-        "mock-engine", "--tokenizer", str(tokenizer), "--family", "qwen3", "--port", "0",
-        "--latency-ms", str(latency_ms), "--token-latency-ms", str(token_latency_ms),
-        "--request-log-size", str(log_size), "--log-level", "warning"))
+    return launch.start_mock_engine(
+        tokenizer, "qwen3", "--latency-ms", str(latency_ms), "--token-latency-ms",
+        str(token_latency_ms), "--request-log-size", str(log_size), "--log-level", "warning",
+        **_from_root())
 
 
 def start_gateway(tokenizer: Path, engine_url: str, *extra: str) -> Proc:
-    return start_server("tito serve", tito_cmd(
-        "serve", "--engine-url", engine_url, "--tokenizer", str(tokenizer), "--family", "qwen3",
-        "--port", "0", "--log-level", "warning", *extra))
+    return launch.start_gateway(engine_url, tokenizer, "qwen3", "--log-level", "warning",
+                                *extra, **_from_root())
 
 
 def start_passthrough(engine_url: str) -> Proc:
@@ -269,116 +267,179 @@ class LoadResult:
     session_ids: list[str] = field(default_factory=list)
 
 
-async def _run_load(mode: str, url: str, wl: Workload, conn: Any) -> LoadResult:
-    import aiohttp
-    import orjson
+_JSON_HEADERS = {"content-type": "application/json"}
 
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=600)
-    timeout = aiohttp.ClientTimeout(total=600)
-    headers = {"content-type": "application/json"}
-    latencies: list[float] = []
-    errors: list[str] = []
-    out_tokens = 0
-    last_prompt = 0
-    growth: list[int] = []
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        sids: list[str] = []
-        if mode == "gateway":
-            for _ in range(wl.sessions):
-                async with http.post(url + "/sessions") as resp:
-                    sids.append((await resp.json())["session_id"])
-        # warm the connection pool so the timed run does not pay for TCP handshakes
+
+@dataclass
+class _Tally:
+    """What the sessions of one load run measured (one event loop: no locking needed)."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    out_tokens: int = 0
+    last_prompt: int = 0
+    growth: list[int] = field(default_factory=list)
+
+    def record_turn(self, prompt_tokens: int, prev: int, output_tokens: int) -> int:
+        """Count one answered turn; returns its prompt length (the next turn's ``prev``)."""
+        self.out_tokens += output_tokens
+        if prev:
+            self.growth.append(prompt_tokens - prev)
+        self.last_prompt = max(self.last_prompt, prompt_tokens)
+        return prompt_tokens
+
+
+@dataclass
+class _Payloads:
+    """The request pieces every turn reuses, serialized once."""
+
+    appended_json: bytes
+    tail: bytes
+    sampling: dict[str, Any]
+    bridge_json: bytes
+
+    @classmethod
+    def of(cls, wl: Workload) -> _Payloads:
+        import orjson
+
+        return cls(appended_json=orjson.dumps(wl.appended),
+                   tail=orjson.dumps({"max_tokens": wl.max_tokens, "temperature": 1.0})[1:],
+                   sampling={**SAMPLING, "max_new_tokens": wl.max_tokens},
+                   bridge_json=orjson.dumps(wl.bridge_ids)[1:-1])
+
+
+class _LoadRun:
+    """One load generator run: the sessions of ``wl`` against ``url`` over ``http``."""
+
+    def __init__(self, mode: str, url: str, wl: Workload, http: Any) -> None:
+        self.mode = mode
+        self.url = url
+        self.wl = wl
+        self.http = http
+        self.sids: list[str] = []
+        self.tally = _Tally()
+
+    async def open_sessions(self) -> None:
+        """Create the gateway sessions (the token baselines have none)."""
+        if self.mode != "gateway":
+            return
+        for _ in range(self.wl.sessions):
+            async with self.http.post(self.url + "/sessions") as resp:
+                self.sids.append((await resp.json())["session_id"])
+
+    async def warm_pool(self) -> None:
+        """Warm the connection pool so the timed run does not pay for TCP handshakes."""
         async def ping() -> None:
-            async with http.get(url + "/health") as resp:
+            async with self.http.get(self.url + "/health") as resp:
                 await resp.read()
-        await asyncio.gather(*(ping() for _ in range(min(wl.sessions, 256))))
-        conn.send("ready")
-        conn.recv()  # "go"
+        await asyncio.gather(*(ping() for _ in range(min(self.wl.sessions, 256))))
 
-        appended_json = orjson.dumps(wl.appended)
-        tail = orjson.dumps({"max_tokens": wl.max_tokens, "temperature": 1.0})[1:]
-        sampling = {**SAMPLING, "max_new_tokens": wl.max_tokens}
-        bridge_json = orjson.dumps(wl.bridge_ids)[1:-1]
+    async def timed_post(self, endpoint: str, body: bytes) -> bytes | None:
+        """POST ``body``, record its latency; the response body, or None (error recorded)."""
+        t0 = time.perf_counter()
+        async with self.http.post(endpoint, data=body, headers=_JSON_HEADERS) as resp:
+            raw = await resp.read()
+            status = resp.status
+        self.tally.latencies.append((time.perf_counter() - t0) * 1000)
+        if status != 200:
+            self.tally.errors.append(f"{status}: {raw[:300]!r}")
+            return None
+        return raw
 
-        async def chat_session(i: int) -> None:
-            nonlocal out_tokens, last_prompt
-            endpoint = f"{url}/sessions/{sids[i]}/v1/chat/completions"
-            history = bytearray(b",".join(orjson.dumps(m) for m in wl.first_messages[i]))
-            prev = 0
-            for t in range(wl.turns):
-                body = b'{"messages":[' + history + b"]," + tail
-                t0 = time.perf_counter()
-                async with http.post(endpoint, data=body, headers=headers) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-                latencies.append((time.perf_counter() - t0) * 1000)
-                if status != 200:
-                    errors.append(f"{status}: {raw[:300]!r}")
-                    return
-                data = orjson.loads(raw)
-                choice = data["choices"][0]
-                usage = data["usage"]
-                out_tokens += usage["completion_tokens"]
-                if prev:
-                    growth.append(usage["prompt_tokens"] - prev)
-                prev = usage["prompt_tokens"]
-                last_prompt = max(last_prompt, prev)
-                if choice["finish_reason"] != "stop":
-                    errors.append(f"turn {t}: finish_reason {choice['finish_reason']}")
-                history += b"," + orjson.dumps(choice["message"]) + b"," + appended_json
+    async def chat_session(self, i: int, pay: _Payloads) -> None:
+        """Session ``i`` through the gateway: the full chat history every turn."""
+        import orjson
 
-        async def token_session(i: int) -> None:
-            nonlocal out_tokens, last_prompt
-            endpoint = f"{url}/generate"
-            ids = bytearray(orjson.dumps(wl.first_prompt_ids[i])[1:-1])
-            n_ids = len(wl.first_prompt_ids[i])
-            prev = 0
-            for t in range(wl.turns):
-                head = orjson.dumps({"rid": f"bench-{mode}-{i}-{t}", "sampling_params": sampling,
-                                     "return_logprob": True, "logprob_start_len": -1,
-                                     "stream": False})
-                body = b'{"input_ids":[' + ids + b"]," + head[1:]
-                t0 = time.perf_counter()
-                async with http.post(endpoint, data=body, headers=headers) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-                latencies.append((time.perf_counter() - t0) * 1000)
-                if status != 200:
-                    errors.append(f"{status}: {raw[:300]!r}")
-                    return
-                data = orjson.loads(raw)
-                output = data["output_ids"]
-                out_tokens += len(output)
-                if prev:
-                    growth.append(n_ids - prev)
-                prev = n_ids
-                last_prompt = max(last_prompt, n_ids)
-                if data["meta_info"]["finish_reason"]["type"] != "stop":
-                    errors.append(f"turn {t}: finish {data['meta_info']['finish_reason']}")
-                ids += b"," + orjson.dumps(output)[1:-1] + b"," + bridge_json
-                n_ids += len(output) + len(wl.bridge_ids)
+        wl, tally = self.wl, self.tally
+        endpoint = f"{self.url}/sessions/{self.sids[i]}/v1/chat/completions"
+        history = bytearray(b",".join(orjson.dumps(m) for m in wl.first_messages[i]))
+        prev = 0
+        for t in range(wl.turns):
+            raw = await self.timed_post(endpoint, b'{"messages":[' + history + b"]," + pay.tail)
+            if raw is None:
+                return
+            data = orjson.loads(raw)
+            choice = data["choices"][0]
+            usage = data["usage"]
+            prev = tally.record_turn(usage["prompt_tokens"], prev, usage["completion_tokens"])
+            if choice["finish_reason"] != "stop":
+                tally.errors.append(f"turn {t}: finish_reason {choice['finish_reason']}")
+            history += b"," + orjson.dumps(choice["message"]) + b"," + pay.appended_json
 
-        run = chat_session if mode == "gateway" else token_session
+    async def token_session(self, i: int, pay: _Payloads) -> None:
+        """Session ``i`` as token requests to ``/generate`` (the gateway's ids, precomputed)."""
+        import orjson
+
+        wl, tally = self.wl, self.tally
+        endpoint = f"{self.url}/generate"
+        ids = bytearray(orjson.dumps(wl.first_prompt_ids[i])[1:-1])
+        n_ids = len(wl.first_prompt_ids[i])
+        prev = 0
+        for t in range(wl.turns):
+            head = orjson.dumps({"rid": f"bench-{self.mode}-{i}-{t}",
+                                 "sampling_params": pay.sampling, "return_logprob": True,
+                                 "logprob_start_len": -1, "stream": False})
+            raw = await self.timed_post(endpoint, b'{"input_ids":[' + ids + b"]," + head[1:])
+            if raw is None:
+                return
+            data = orjson.loads(raw)
+            output = data["output_ids"]
+            prev = tally.record_turn(n_ids, prev, len(output))
+            if data["meta_info"]["finish_reason"]["type"] != "stop":
+                tally.errors.append(f"turn {t}: finish {data['meta_info']['finish_reason']}")
+            ids += b"," + orjson.dumps(output)[1:-1] + b"," + pay.bridge_json
+            n_ids += len(output) + len(wl.bridge_ids)
+
+    async def run_sessions(self) -> tuple[float, float]:
+        """Play every session (bounded, staggered); the wall and own CPU seconds it took."""
+        wl = self.wl
+        pay = _Payloads.of(wl)
+        run = self.chat_session if self.mode == "gateway" else self.token_session
         limit = asyncio.Semaphore(wl.concurrency or wl.sessions)
 
         async def bounded(i: int) -> None:
             if wl.stagger_s > 0:
                 await asyncio.sleep(wl.stagger_s * i / wl.sessions)
             async with limit:
-                await run(i)
+                await run(i, pay)
 
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         await asyncio.gather(*(bounded(i) for i in range(wl.sessions)))
         wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
-        if mode == "gateway" and not wl.keep_sessions:
-            async def delete(sid: str) -> None:
-                async with http.delete(f"{url}/sessions/{sid}") as resp:
-                    await resp.read()
-            await asyncio.gather(*(delete(s) for s in sids))
-    return LoadResult(mode, wall, latencies, errors, cpu, out_tokens, last_prompt,
-                      statistics.fmean(growth) if growth else float("nan"), sids)
+        return wall, time.process_time() - cpu0
+
+    async def close_sessions(self) -> None:
+        """Delete the gateway sessions unless the workload keeps them."""
+        if self.mode != "gateway" or self.wl.keep_sessions:
+            return
+
+        async def delete(sid: str) -> None:
+            async with self.http.delete(f"{self.url}/sessions/{sid}") as resp:
+                await resp.read()
+        await asyncio.gather(*(delete(s) for s in self.sids))
+
+    def result(self, wall: float, cpu: float) -> LoadResult:
+        t = self.tally
+        return LoadResult(self.mode, wall, t.latencies, t.errors, cpu, t.out_tokens,
+                          t.last_prompt, statistics.fmean(t.growth) if t.growth else float("nan"),
+                          self.sids)
+
+
+async def _run_load(mode: str, url: str, wl: Workload, conn: Any) -> LoadResult:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=600)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        load = _LoadRun(mode, url, wl, http)
+        await load.open_sessions()
+        await load.warm_pool()
+        conn.send("ready")
+        conn.recv()  # "go"
+        wall, cpu = await load.run_sessions()
+        await load.close_sessions()
+    return load.result(wall, cpu)
 
 
 def _loadgen_main(mode: str, url: str, wl: Workload, conn: Any) -> None:

@@ -36,9 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from tito.engines.base import SamplingParams
 from tito.engines.embedded import EmbeddedEngine
 from tito.engines.embedded_scheduler import default_threads
+from tito.types.engine import SamplingParams
 
 TOPICS = [
     "the sea", "a lighthouse", "mountains", "a city at night", "a robot", "winter", "a library",

@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -219,8 +220,8 @@ def _ok(flag: bool) -> str:
     return "yes" if flag else "NO"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def check_args(args: argparse.Namespace) -> list[str]:
+    """The modes to run; refuses unknown modes and a missing tokenizer, notes --r3."""
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if unknown := set(modes) - set(MODES):
         raise SystemExit(f"unknown modes: {sorted(unknown)}")
@@ -229,72 +230,120 @@ def main(argv: list[str] | None = None) -> int:
     if args.r3_bytes_per_token:
         print(f"note: --r3-bytes-per-token {args.r3_bytes_per_token} is not wired yet "
               "(routing replay comes in a later issue); running without it", file=sys.stderr)
+    return modes
+
+
+def make_workload(args: argparse.Namespace) -> Any:
     wl = build_workload(args.tokenizer, sessions=args.sessions, turns=args.turns,
                         input_tokens=args.input_tokens, output_tokens=args.output_tokens,
                         append_role=args.append_role)
     wl.stagger_s = (args.latency_ms if args.stagger_ms is None else args.stagger_ms) / 1000
     for note in wl.notes:
         print(f"note: {note}", file=sys.stderr)
+    return wl
+
+
+@dataclass
+class Servers:
+    """The processes a run talks to: the mock engine, and the gateway and proxy if needed."""
+
+    mock: Proc
+    gateway: Proc | None = None
+    proxy: Proc | None = None
+
+    def target(self, mode: str) -> tuple[str, dict[str, int]]:
+        """The URL the load generator calls for ``mode`` and the pids whose CPU is measured."""
+        watch = {"engine": self.mock.pid}
+        if mode == "passthrough":
+            assert self.proxy is not None
+            watch["proxy"] = self.proxy.pid
+            return self.proxy.url, watch
+        if mode == "gateway":
+            assert self.gateway is not None
+            watch["gateway"] = self.gateway.pid
+            return self.gateway.url, watch
+        return self.mock.url, watch
+
+
+def start_servers(args: argparse.Namespace, modes: list[str], procs: list[Proc]) -> Servers:
+    """Start what ``modes`` need; every started process is added to ``procs`` at once."""
+    mock = start_mock(args.tokenizer, latency_ms=args.latency_ms,
+                      token_latency_ms=args.token_latency_ms)
+    procs.append(mock)
+    servers = Servers(mock)
+    if "gateway" in modes or not args.no_check:
+        servers.gateway = start_gateway(args.tokenizer, mock.url)
+        procs.append(servers.gateway)
+    if "passthrough" in modes:
+        servers.proxy = start_passthrough(mock.url)
+        procs.append(servers.proxy)
+    return servers
+
+
+def start_profiler(args: argparse.Namespace, modes: list[str], servers: Servers) -> PySpy | None:
+    if args.py_spy is not None and servers.gateway is not None and "gateway" in modes:
+        return PySpy(servers.gateway.pid, args.py_spy)
+    return None
+
+
+def run_modes(args: argparse.Namespace, modes: list[str], wl: Any,
+              servers: Servers) -> dict[str, dict[str, Any]]:
+    """The repeats of every mode, interleaved; the combined figures of each mode."""
+    if servers.gateway is not None and not args.no_check:
+        check_equivalence(servers.mock, servers.gateway, wl)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    spy = start_profiler(args, modes, servers)
+    for _ in range(max(1, args.repeat)):
+        for mode in (m for m in MODES if m in modes):
+            url, watch = servers.target(mode)
+            phase = run_phase(mode, url, wl, watch)
+            runs[mode].append(summarize(mode, phase, wl.sessions * wl.turns))
+    if spy is not None:
+        spy.stop()
+    results = {mode: combine(r) for mode, r in runs.items()}
+    if servers.gateway is not None:
+        results.setdefault("gateway", {})["rss_after_mb"] = rss_bytes(servers.gateway.pid) / 2**20
+    return results
+
+
+def print_profile(path: Path) -> None:
+    own, incl = top_frames(path)
+    print_table("gateway profile: top self frames (% of the GIL-holding samples "
+                "over its runs)", ["frame", "self"], own)
+    print_table("gateway profile: top tito frames (inclusive)", ["frame", "inclusive"], incl)
+    print_table("gateway profile: self samples by package", ["package", "self"],
+                by_package(path))
+
+
+def write_json(path: Path, args: argparse.Namespace, wl: Any,
+               results: dict[str, dict[str, Any]]) -> None:
+    path.write_text(json.dumps({
+        "workload": {"sessions": wl.sessions, "turns": wl.turns,
+                     "input_tokens": wl.content_tokens, "output_tokens": wl.output_tokens,
+                     "append_role": wl.append_role, "latency_ms": args.latency_ms,
+                     "token_latency_ms": args.token_latency_ms},
+        "results": results}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    modes = check_args(args)
+    wl = make_workload(args)
     procs: list[Proc] = []
     results: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     try:
-        mock = start_mock(args.tokenizer, latency_ms=args.latency_ms,
-                          token_latency_ms=args.token_latency_ms)
-        procs.append(mock)
-        gateway = proxy = None
-        if "gateway" in modes or not args.no_check:
-            gateway = start_gateway(args.tokenizer, mock.url)
-            procs.append(gateway)
-        if "passthrough" in modes:
-            proxy = start_passthrough(mock.url)
-            procs.append(proxy)
-        if gateway is not None and not args.no_check:
-            check_equivalence(mock, gateway, wl)
-        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-        spy = None
-        if args.py_spy is not None and gateway is not None and "gateway" in modes:
-            spy = PySpy(gateway.pid, args.py_spy)
-        for _ in range(max(1, args.repeat)):
-            for mode in MODES:
-                if mode not in modes:
-                    continue
-                watch = {"engine": mock.pid}
-                url = mock.url
-                if mode == "passthrough":
-                    assert proxy is not None
-                    watch["proxy"] = proxy.pid
-                    url = proxy.url
-                elif mode == "gateway":
-                    assert gateway is not None
-                    watch["gateway"] = gateway.pid
-                    url = gateway.url
-                phase = run_phase(mode, url, wl, watch)
-                runs[mode].append(summarize(mode, phase, wl.sessions * wl.turns))
-        if spy is not None:
-            spy.stop()
-        results = {mode: combine(r) for mode, r in runs.items()}
-        if gateway is not None:
-            results.setdefault("gateway", {})["rss_after_mb"] = rss_bytes(gateway.pid) / 2**20
+        servers = start_servers(args, modes, procs)
+        results = run_modes(args, modes, wl, servers)
     finally:
         for proc in reversed(procs):
             proc.stop()
     report(args, wl, results)
     if args.py_spy is not None and args.py_spy.is_file():
-        own, incl = top_frames(args.py_spy)
-        print_table("gateway profile: top self frames (% of the GIL-holding samples "
-                    "over its runs)", ["frame", "self"], own)
-        print_table("gateway profile: top tito frames (inclusive)", ["frame", "inclusive"], incl)
-        print_table("gateway profile: self samples by package", ["package", "self"],
-                    by_package(args.py_spy))
+        print_profile(args.py_spy)
     print(f"total benchmark time {time.perf_counter() - started:.1f} s")
     if args.json:
-        args.json.write_text(json.dumps({
-            "workload": {"sessions": wl.sessions, "turns": wl.turns,
-                         "input_tokens": wl.content_tokens, "output_tokens": wl.output_tokens,
-                         "append_role": wl.append_role, "latency_ms": args.latency_ms,
-                         "token_latency_ms": args.token_latency_ms},
-            "results": results}, indent=2))
+        write_json(args.json, args, wl, results)
     failed = any(r.get("errors") for r in results.values())
     return 1 if failed else 0
 

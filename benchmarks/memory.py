@@ -81,11 +81,12 @@ def in_process_breakdown(tokenizer: Path, wl: Any, sessions: int) -> dict[str, f
     import numpy as np
     import orjson
 
-    from tito.engines.base import GenerateResult
-    from tito.engines.mock_directives import MockModel
+    from tito.engines.mock.directives import MockModel
     from tito.render import build_renderer
-    from tito.session.linear import LinearSession, TurnRequest
+    from tito.session.linear import LinearSession
     from tito.session.matchers import strict
+    from tito.types.engine import GenerateResult
+    from tito.types.messages import TurnRequest
 
     renderer = build_renderer("qwen3", tokenizer)
     model = MockModel(renderer)

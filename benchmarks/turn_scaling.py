@@ -150,11 +150,13 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     import numpy as np
     import orjson
 
-    from tito.engines.base import GenerateResult
-    from tito.engines.mock_directives import MockModel
-    from tito.server.schemas import parse_chat_request, session_messages
-    from tito.session.linear import LinearSession, TurnRequest
+    from tito.engines.mock.directives import MockModel
+    from tito.server.openai.models import parse_chat_request
+    from tito.server.openai.serving import session_messages
+    from tito.session.linear import LinearSession
     from tito.session.matchers import strict
+    from tito.types.engine import GenerateResult
+    from tito.types.messages import TurnRequest
 
     # rebuild the session state the gateway holds before this request: every turn but
     # the last one committed (history = the request minus its appended message)

@@ -45,6 +45,42 @@ def hf_tokenizer(family: str, folder: str) -> Any:
     return tok, ours
 
 
+def bridge_turn(r: Any, tok: Any, prompt: list[int], completion: list[int],
+                messages: list[dict[str, Any]], pos: int, nxt: int, tools: Any,
+                stats: dict[str, Any]) -> list[int]:
+    """Bridge from the turn at ``pos`` to the one at ``nxt``, counting a decline or a render
+    that differs from ``renderers``' full render; returns the next turn's prompt."""
+    appended = messages[pos + 1 : nxt]
+    stats["bridges"] += 1
+    bridged = r.bridge_to_next_turn(prompt, completion, appended, tools=tools)
+    canonical = r.render_ids(messages[:nxt], tools=tools, add_generation_prompt=True)
+    if bridged is None:
+        stats["declined"] += 1
+        key = ",".join(m["role"] for m in appended)
+        stats["declined_roles"][key] = stats["declined_roles"].get(key, 0) + 1
+        return canonical
+    ids = list(bridged.token_ids)
+    if tok.decode(ids) != tok.decode(canonical):
+        stats["differs_from_full_render"] += 1
+    return ids
+
+
+def replay(r: Any, tok: Any, messages: list[dict[str, Any]], gen: list[int], tools: Any,
+           stats: dict[str, Any]) -> None:
+    """Render, parse back and bridge every generated assistant turn of one trajectory."""
+    prompt = r.render_ids(messages[: gen[0]], tools=tools, add_generation_prompt=True)
+    for n, pos in enumerate(gen):
+        full = r.render_ids(messages[: pos + 1], tools=tools)
+        completion = full[len(prompt):]
+        parsed = r.parse_response(completion, tools=tools, prompt_ids=prompt)
+        if (parsed.content or "").strip() != (messages[pos].get("content") or "").strip():
+            stats["parse_failures"] += 1
+        if n + 1 == len(gen):
+            break
+        prompt = bridge_turn(r, tok, prompt, completion, messages, pos, gen[n + 1], tools,
+                             stats)
+
+
 def evaluate(family: str, retention: str | None) -> dict[str, Any]:
     import renderers
     from renderers import configs
@@ -70,30 +106,7 @@ def evaluate(family: str, retention: str | None) -> dict[str, Any]:
             continue
         gen = _generated_positions(messages)
         try:
-            prompt = r.render_ids(messages[: gen[0]], tools=tools, add_generation_prompt=True)
-            for n, pos in enumerate(gen):
-                full = r.render_ids(messages[: pos + 1], tools=tools)
-                completion = full[len(prompt):]
-                parsed = r.parse_response(completion, tools=tools, prompt_ids=prompt)
-                if (parsed.content or "").strip() != (messages[pos].get("content") or "").strip():
-                    stats["parse_failures"] += 1
-                if n + 1 == len(gen):
-                    break
-                nxt = gen[n + 1]
-                appended = messages[pos + 1 : nxt]
-                stats["bridges"] += 1
-                bridged = r.bridge_to_next_turn(prompt, completion, appended, tools=tools)
-                canonical = r.render_ids(messages[:nxt], tools=tools, add_generation_prompt=True)
-                if bridged is None:
-                    stats["declined"] += 1
-                    key = ",".join(m["role"] for m in appended)
-                    stats["declined_roles"][key] = stats["declined_roles"].get(key, 0) + 1
-                    prompt = canonical
-                    continue
-                ids = list(bridged.token_ids)
-                if tok.decode(ids) != tok.decode(canonical):
-                    stats["differs_from_full_render"] += 1
-                prompt = ids
+            replay(r, tok, messages, gen, tools, stats)
         except Exception as exc:
             stats["errors"] += 1
             stats.setdefault("first_error", f"{type(exc).__name__}: {exc}"[:200])

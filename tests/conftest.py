@@ -1,12 +1,23 @@
-"""Shared fixtures (helpers live in support.py, importable from every test module)."""
+"""Shared fixtures (helpers live in support.py, fakes.py and inproc.py, importable from
+every test module). In-process fixtures build the real app over a :class:`FakeEngine`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
-from support import Proc, start_tito, tokenizer_dir
+from fakes import FakeEngine
+from inproc import asgi_client
+from support import Proc, start_gateway, start_mock, tokenizer_dir
+
+from tito.config import ServerConfig
+from tito.render import build_renderer
+from tito.render.base import TemplateRenderer
+from tito.render.verify import verify_renderer
+from tito.server.gateway import Gateway
 
 
 @pytest.fixture(scope="session")
@@ -19,15 +30,12 @@ def smollm2_dir() -> Path:
     return tokenizer_dir("smollm2")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def qwen3_stack(qwen3_dir: Path) -> Iterator[tuple[Proc, Proc]]:
     """`tito mock-engine` + `tito serve` for qwen3, as real processes on ephemeral ports."""
-    engine = start_tito("mock-engine", "--tokenizer", str(qwen3_dir), "--family", "qwen3",
-                        "--port", "0")
+    engine = start_mock(qwen3_dir, "qwen3")
     try:
-        gateway = start_tito("serve", "--engine", "sglang", "--engine-url", engine.url,
-                             "--tokenizer", str(qwen3_dir), "--family", "qwen3", "--port", "0",
-                             "--max-body-bytes", "2000000")
+        gateway = start_gateway(engine.url, qwen3_dir, "qwen3", "--max-body-bytes", "2000000")
     except Exception:
         engine.stop()
         raise
@@ -36,3 +44,45 @@ def qwen3_stack(qwen3_dir: Path) -> Iterator[tuple[Proc, Proc]]:
     finally:
         gateway.stop()
         engine.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen3_renderer(qwen3_dir: Path) -> TemplateRenderer:
+    return build_renderer("qwen3", qwen3_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3_self_check(qwen3_renderer: TemplateRenderer) -> dict[str, Any]:
+    return verify_renderer(qwen3_renderer).summary()
+
+
+@pytest.fixture
+def make_gateway(qwen3_dir: Path, qwen3_renderer: TemplateRenderer,
+                 qwen3_self_check: dict[str, Any]) -> Callable[..., Gateway]:
+    """``make_gateway(**config)``: a qwen3 Gateway over a fresh FakeEngine."""
+
+    def make(*, context: int | None = None, **config: Any) -> Gateway:
+        cfg = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
+                           engine_url="http://fake", **config)
+        cfg.validate()
+        return Gateway(cfg, qwen3_renderer, FakeEngine(qwen3_renderer, context=context),
+                       self_check=qwen3_self_check)
+
+    return make
+
+
+@pytest.fixture
+def gateway(make_gateway: Callable[..., Gateway]) -> Gateway:
+    return make_gateway()
+
+
+@pytest.fixture
+def engine(gateway: Gateway) -> FakeEngine:
+    assert isinstance(gateway.engine, FakeEngine)
+    return gateway.engine
+
+
+@pytest.fixture
+async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(gateway) as http:
+        yield http

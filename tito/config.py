@@ -1,8 +1,18 @@
-"""Gateway configuration (one dataclass; the CLI fills it, tests build it directly)."""
+"""Gateway configuration (one dataclass; the CLI fills it, tests build it directly).
+
+:meth:`ServerConfig.validate` checks flag combinations before anything starts and raises
+:class:`tito.types.errors.ConfigError` (the CLI's exit status 2), never an HTTP error.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tito.types.errors import ConfigError
+
+ENGINES = ("embedded", "sglang", "mock")
+"""embedded: SmolLM2 in this process; sglang: a server at ``engine_url``; mock: a
+``tito mock-engine`` child process started by the stack (``tito rollout``, the demo)."""
 
 
 @dataclass
@@ -24,26 +34,29 @@ class ServerConfig:
     engine_timeout: float = 600.0
     served_model_name: str | None = None
     strict_template: bool = False
+    access_log: bool = False
+    """One log line per HTTP request (uvicorn's access log)."""
+    log_level: str = "info"
 
     def validate(self) -> None:
-        from tito.errors import BadRequest
-
         if self.session_version != "v1":
-            raise BadRequest(
+            raise ConfigError(
                 f"--session-version {self.session_version!r} is not available yet; use v1"
             )
         if self.chat_template is not None and self.family != "default":
-            raise BadRequest("--chat-template is only allowed with --family default")
-        if self.engine not in ("sglang", "embedded"):
-            raise BadRequest(f"unknown engine {self.engine!r}; use sglang or embedded")
+            raise ConfigError("--chat-template is only allowed with --family default")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
         if self.engine == "sglang" and not self.engine_url:
-            raise BadRequest("--engine sglang needs --engine-url")
-        if self.engine == "sglang" and not self.tokenizer:
-            raise BadRequest("--tokenizer is required with --engine sglang")
+            raise ConfigError("--engine sglang needs --engine-url")
+        if self.engine != "sglang" and self.engine_url:
+            raise ConfigError("--engine-url is only used with --engine sglang")
+        if self.engine in ("sglang", "mock") and not self.tokenizer:
+            raise ConfigError(f"--tokenizer is required with --engine {self.engine}")
         if self.engine == "embedded" and self.tokenizer:
-            raise BadRequest("--tokenizer is not used with --engine embedded (the embedded "
+            raise ConfigError("--tokenizer is not used with --engine embedded (the embedded "
                              "model brings its own tokenizer)")
         if self.max_seq_len is not None and self.max_seq_len < 2:
-            raise BadRequest("--max-seq-len must be at least 2")
+            raise ConfigError("--max-seq-len must be at least 2")
         if self.default_max_tokens < 1:
-            raise BadRequest("--default-max-tokens must be at least 1")
+            raise ConfigError("--default-max-tokens must be at least 1")

@@ -1,8 +1,9 @@
-"""Starting our HTTP servers as child processes (tests, benchmarks, demos).
+"""Starting our HTTP servers as child processes (the stack's mock engine, tests, benchmarks).
 
 Every server of ours prints ``<name> listening on http://HOST:PORT`` once it accepts
 connections (see :func:`tito.net.serve_forever`), so a caller can ask for ``--port 0`` and
-learn the port from that line.
+learn the port from that line. :func:`start_mock_engine` and :func:`start_gateway` are the
+one way to start ``tito mock-engine`` and ``tito serve`` processes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LISTEN_LINE = re.compile(r"listening on (http://\S+)")
 
@@ -52,14 +54,16 @@ def tito_command(*args: str) -> list[str]:
 
 def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None,
                  env: dict[str, str] | None = None, health: str = "/health",
-                 timeout: float = 120.0) -> ServerProcess:
+                 timeout: float = 120.0, own_session: bool = False) -> ServerProcess:
     """Start ``cmd``, wait for its ``listening on URL`` line and a 200 on ``health``.
 
-    Raises RuntimeError with the process's last output lines when it does not come up.
+    ``own_session``: run it in a new session (process group), so a Ctrl-C in the terminal
+    reaches only us and we decide when it stops. Raises RuntimeError with the process's
+    last output lines when it does not come up.
     """
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=cwd, env=full_env)
+                            text=True, cwd=cwd, env=full_env, start_new_session=own_session)
     lines: list[str] = []
     found: list[str] = []
     ready = threading.Event()
@@ -94,3 +98,21 @@ def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"{name} never became healthy:\n" + "\n".join(lines[-40:]))
+
+
+def start_mock_engine(tokenizer: str | Path, family: str, *extra: str,
+                      **options: Any) -> ServerProcess:
+    """``tito mock-engine --tokenizer T --family F --port 0 EXTRA`` (``options``: see
+    :func:`start_server`)."""
+    return start_server("tito mock-engine", tito_command(
+        "mock-engine", "--tokenizer", str(tokenizer), "--family", family, "--host",
+        "127.0.0.1", "--port", "0", *extra), **options)
+
+
+def start_gateway(engine_url: str, tokenizer: str | Path, family: str, *extra: str,
+                  **options: Any) -> ServerProcess:
+    """``tito serve --engine sglang --engine-url URL --tokenizer T --family F --port 0 EXTRA``."""
+    return start_server("tito serve", tito_command(
+        "serve", "--engine", "sglang", "--engine-url", engine_url, "--tokenizer",
+        str(tokenizer), "--family", family, "--host", "127.0.0.1", "--port", "0", *extra),
+        **options)

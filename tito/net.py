@@ -1,10 +1,19 @@
-"""Listening sockets for our HTTP servers."""
+"""Listening sockets and uvicorn servers for our HTTP apps (the gateway, the mock engine).
+
+Every server of ours listens on a socket from :func:`bind_tcp` and is run by
+:class:`AppServer`, in-process (``tito rollout``, the demo, in-process tests) or as the
+whole process (:func:`serve_forever`: ``tito serve``, ``tito mock-engine``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 from typing import Any
+
+import uvicorn
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
@@ -26,23 +35,66 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve_forever(app: Any, sock: socket.socket, *, name: str, log_level: str,
-                  **uvicorn_options: Any) -> None:
-    """Run ``app`` with uvicorn on ``sock``; print ``<name> listening on URL`` once accepting.
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the embedding program handles Ctrl-C."""
 
-    Test fixtures and scripts read that line to find a port picked with ``--port 0``.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class AppServer:
+    """uvicorn serving ``app`` on ``sock`` in the running event loop.
+
+    ``handle_signals``: let uvicorn shut down on SIGINT/SIGTERM (a whole-process server);
+    off when the caller handles signals itself. ``access_log``: one line per request.
     """
-    import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False,
-                                           **uvicorn_options))
+    def __init__(self, app: Any, sock: socket.socket, *, log_level: str = "warning",
+                 access_log: bool = False, handle_signals: bool = False,
+                 **uvicorn_options: Any) -> None:
+        config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
+                                lifespan="on", **uvicorn_options)
+        self.server = uvicorn.Server(config) if handle_signals else _QuietServer(config)
+        self.sock = sock
+        self.url = url_of(sock)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Serve; return once accepting connections (raise if startup failed)."""
+        self._task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self._task.done():
+                self._task.result()  # startup raised: re-raise it here
+                raise RuntimeError("the server stopped during startup (see its log)")
+            await asyncio.sleep(0.005)
+
+    async def wait(self) -> None:
+        """Until the server stops (a signal, or :meth:`stop`)."""
+        if self._task is not None:
+            await self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self.server.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._task
+        self.sock.close()
+
+
+def serve_forever(app: Any, sock: socket.socket, *, name: str, log_level: str,
+                  access_log: bool = False, **uvicorn_options: Any) -> None:
+    """Run ``app`` on ``sock`` as this process's server until a signal stops it.
+
+    Prints ``<name> listening on URL`` once accepting: test fixtures and scripts read that
+    line to find a port picked with ``--port 0``.
+    """
 
     async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.005)
-        if server.started:
-            print(f"{name} listening on {url_of(sock)}", flush=True)
-        await task
+        server = AppServer(app, sock, log_level=log_level, access_log=access_log,
+                           handle_signals=True, **uvicorn_options)
+        await server.start()
+        print(f"{name} listening on {server.url}", flush=True)
+        await server.wait()
 
     asyncio.run(main())

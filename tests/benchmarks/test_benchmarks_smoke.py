@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import REPO, tokenizer_dir
+
+pytestmark = pytest.mark.slow  # runs each benchmark, tiny
 
 BENCH = REPO / "benchmarks"
 

@@ -1,4 +1,4 @@
-"""The agent contract (DESIGN 7): ``generate()`` with tiny agents against real processes.
+"""The agent contract (design §7): ``generate()`` with tiny agents against real processes.
 
 The gateway (``tito serve``) and the mock engine (``tito mock-engine``) run as
 subprocesses (the ``qwen3_stack`` fixture); the agents use the real ``openai`` SDK.

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from support import REPO
 
+from tito.cli import main as cli_main
 from tito.client.rollout import (
     PromptItem,
     RolloutInputError,
@@ -49,6 +50,13 @@ def mock_args(qwen3_dir: Path, out: Path, *extra: str) -> list[str]:
 def rollout(args: Sequence[str], *, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ROLLOUT, *args], cwd=REPO, env=ENV, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def rollout_exit(args: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``tito rollout ARGS`` in this process (usage errors stop before anything starts):
+    the exit status and what it printed on stderr."""
+    code = cli_main(["rollout", *args])
+    return code, capsys.readouterr().err
 
 
 def write_jsonl(path: Path, lines: Sequence[Any]) -> Path:
@@ -89,6 +97,7 @@ def assert_tito_row(row: dict[str, Any]) -> None:
 
 
 # -- end to end (mock engine) -------------------------------------------------------------
+@pytest.mark.slow
 def test_rollout_end_to_end_mock(qwen3_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = rollout(mock_args(qwen3_dir, out, "--limit", "4", "--max-turns", "2"))
@@ -119,6 +128,7 @@ def test_rollout_end_to_end_mock(qwen3_dir: Path, tmp_path: Path) -> None:
     assert summary["config"]["engine"] == "mock" and summary["config"]["max_turns"] == 2
 
 
+@pytest.mark.slow
 def test_agent_errors_are_reported_and_other_samples_kept(qwen3_dir: Path,
                                                           tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "data.jsonl",
@@ -143,6 +153,7 @@ def test_agent_errors_are_reported_and_other_samples_kept(qwen3_dir: Path,
     assert summary["tito_violations"] == 0 and summary["config"]["seed"] == 11
 
 
+@pytest.mark.slow
 def test_demo_agent_stops_at_max_seq_len(qwen3_dir: Path, tmp_path: Path) -> None:
     """The first turn fits ``--max-seq-len``, the second does not: the gateway refuses it
     (``context_length_exceeded``), the demo agent ends the episode, the turn is kept."""
@@ -174,15 +185,16 @@ BAD_DATA = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_DATA))
-def test_bad_data_exits_2(case: str, qwen3_dir: Path, tmp_path: Path) -> None:
+def test_bad_data_exits_2(case: str, qwen3_dir: Path, tmp_path: Path,
+                          capsys: pytest.CaptureFixture[str]) -> None:
     lines, message = BAD_DATA[case]
     data = tmp_path / "data.jsonl"
     if lines is not None:
         write_jsonl(data, lines)
     out = tmp_path / "out"
-    proc = rollout(mock_args(qwen3_dir, out, "--data", str(data)))
-    assert proc.returncode == 2, proc.stderr
-    [line] = proc.stderr.strip().splitlines()
+    code, err = rollout_exit(mock_args(qwen3_dir, out, "--data", str(data)), capsys)
+    assert code == 2, err
+    [line] = err.strip().splitlines()
     assert line.startswith("tito rollout: ") and message in line
     assert not out.exists()
 
@@ -197,27 +209,29 @@ BAD_AGENTS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_AGENTS))
-def test_bad_agent_exits_2(case: str, qwen3_dir: Path, tmp_path: Path) -> None:
+def test_bad_agent_exits_2(case: str, qwen3_dir: Path, tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
     spec, message = BAD_AGENTS[case]
     out = tmp_path / "out"
     args = mock_args(qwen3_dir, out)
     args[args.index(SCRIPTED)] = spec
-    proc = rollout(args)
-    assert proc.returncode == 2, proc.stderr
-    [line] = proc.stderr.strip().splitlines()
+    code, err = rollout_exit(args, capsys)
+    assert code == 2, err
+    [line] = err.strip().splitlines()
     assert line.startswith("tito rollout: ") and message in line
     assert not out.exists()
 
 
-def test_agent_file_that_raises_on_import_exits_2(qwen3_dir: Path, tmp_path: Path) -> None:
+def test_agent_file_that_raises_on_import_exits_2(qwen3_dir: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     agent = tmp_path / "broken_agent.py"
     agent.write_text("raise RuntimeError('broken on purpose')\n")
     out = tmp_path / "out"
     args = mock_args(qwen3_dir, out)
     args[args.index(SCRIPTED)] = f"{agent}:run_agent"
-    proc = rollout(args)
-    assert proc.returncode == 2
-    assert "RuntimeError: broken on purpose" in proc.stderr and not out.exists()
+    code, err = rollout_exit(args, capsys)
+    assert code == 2
+    assert "RuntimeError: broken on purpose" in err and not out.exists()
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -226,17 +240,19 @@ def test_agent_file_that_raises_on_import_exits_2(qwen3_dir: Path, tmp_path: Pat
     (["--engine", "mock", "--tokenizer", "/nonexistent"], "no such folder"),
     (["--tokenizer", "."], "--tokenizer is not used with --engine embedded"),
 ])
-def test_bad_engine_flags_exit_2(flags: list[str], message: str, tmp_path: Path) -> None:
-    proc = rollout([*flags, "--out", str(tmp_path / "out")])
-    assert proc.returncode == 2 and message in proc.stderr
+def test_bad_engine_flags_exit_2(flags: list[str], message: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = rollout_exit([*flags, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and message in err
     assert not (tmp_path / "out").exists()
 
 
-def test_out_must_be_a_folder(qwen3_dir: Path, tmp_path: Path) -> None:
+def test_out_must_be_a_folder(qwen3_dir: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     out.write_text("keep me")
-    proc = rollout(mock_args(qwen3_dir, out))
-    assert proc.returncode == 2 and "is not a folder" in proc.stderr
+    code, err = rollout_exit(mock_args(qwen3_dir, out), capsys)
+    assert code == 2 and "is not a folder" in err
     assert out.read_text() == "keep me"
 
 
@@ -247,6 +263,7 @@ def metrics(gateway: str) -> dict[str, float]:
                                         if line and not line.startswith("#") and "{" not in line)}
 
 
+@pytest.mark.slow
 def test_sigint_keeps_finished_trajectories(qwen3_dir: Path, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "data.jsonl",
                        [question(3), question(4), question(5, sleep=120), question(6)])
@@ -383,6 +400,7 @@ def test_load_prompts_limit_and_blank_lines(tmp_path: Path) -> None:
 
 
 # -- the default: embedded engine ------------------------------------------------------------
+@pytest.mark.slow
 def test_default_embedded_rollout(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tito.engines.embedded")

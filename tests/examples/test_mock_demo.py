@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a child process + the stack
+
 
 def test_mock_demo_prints_a_completed_three_turn_sample(qwen3_dir: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tito.examples.mock_demo", "--tokenizer",

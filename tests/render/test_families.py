@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from support import TOKENIZERS, tokenizer_dir
 
-from tito.errors import BadRequest
 from tito.render import TemplateRenderer, build_renderer
 from tito.render.families import FAMILIES, family_module
 from tito.render.template import render_template
 from tito.render.verify import verify_renderer
+from tito.types.errors import BadRequest
 
 CANONICAL = sorted({m for m in FAMILIES.values() if m != "default"})
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import REPO, tokenizer_dir
 
-from tito.render import verify_cli
+from tito.cli import verify_template as verify_cli
 
 
 def _matrix():  # type: ignore[no-untyped-def]
@@ -25,6 +25,7 @@ def _matrix():  # type: ignore[no-untyped-def]
     return module
 
 
+@pytest.mark.slow
 def test_family_matrix_has_no_regression_and_doc_is_current(capsys: pytest.CaptureFixture
                                                             ) -> None:
     tokenizer_dir("qwen3")  # skips without the fixtures

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tito.errors import BadRequest, TokenizationError
 from tito.parse.hermes import HermesParser
-from tito.render import FamilySpec, TemplateRenderer, build_renderer, load_tokenizer
+from tito.render import FamilySpec, TemplateRenderer, build_renderer
 from tito.render.compare import count_by_type, mismatch_report
 from tito.render.verify import trajectory_pool, verify_renderer
+from tito.types.errors import BadRequest, ConfigError, TokenizationError
+from tito.types.tokenizer import load_tokenizer
 
 CALL = {"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
@@ -108,9 +109,9 @@ def test_non_append_only_template_is_rejected(qwen3_dir: Path) -> None:
 def test_chat_template_only_with_default(qwen3_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "t.jinja"
     path.write_text("{{ messages }}")
-    with pytest.raises(BadRequest, match="only allowed with family 'default'"):
+    with pytest.raises(ConfigError, match="only allowed with family 'default'"):
         build_renderer("qwen3", qwen3_dir, chat_template=path)
-    with pytest.raises(BadRequest, match="unknown family"):
+    with pytest.raises(ConfigError, match="unknown family"):
         build_renderer("nope", qwen3_dir)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tito.session.records import TurnRecord
+from tito.types.records import TurnRecord
 
 
 @dataclass

@@ -1,13 +1,13 @@
-"""Sample assembly (DESIGN 6): trim, truncation, merge, R3, invariants."""
+"""Sample assembly (design §6): trim, truncation, merge, R3, invariants."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tito.errors import AssemblyError
 from tito.samples import assemble, status_from_finish_reason
-from tito.session.records import snapshot_ids
+from tito.types.errors import AssemblyError, ErrorKind
+from tito.types.records import snapshot_ids
 
 from .helpers import Turn, chain, decode, routing_oracle
 
@@ -92,10 +92,10 @@ def test_status_from_finish_reason(reason: str, status: str) -> None:
     assert status_from_finish_reason(reason) == status
 
 
-def test_unknown_finish_reason_is_422() -> None:
+def test_unknown_finish_reason_is_unprocessable() -> None:
     with pytest.raises(AssemblyError, match="unknown finish_reason 'weird'") as exc:
         assemble(chain([Turn([1], [2], finish="weird")]), decode=decode)
-    assert exc.value.status == 422
+    assert exc.value.kind is ErrorKind.UNPROCESSABLE
 
 
 # ------------------------------------------------------------------- trailing trim
@@ -132,13 +132,13 @@ def test_drop_may_consume_a_whole_output() -> None:
     assert s.loss_mask.tolist() == [0, 0, 1]
 
 
-def test_drop_larger_than_previous_output_is_422() -> None:
+def test_drop_larger_than_previous_output_is_unprocessable() -> None:
     records = chain([Turn([1, 2], [5]), Turn([7], [8], drop=1)])
     records[1].drop = 2
     records[1].prompt_len -= 1
     with pytest.raises(AssemblyError) as exc:
         assemble(records, decode=decode)
-    assert exc.value.status == 422
+    assert exc.value.kind is ErrorKind.UNPROCESSABLE
     assert "record 1 (turn 1) drops 2 trailing tokens but the previous turn generated only 1" in (
         exc.value.message
     )
@@ -167,7 +167,7 @@ def test_drop_larger_than_previous_output_is_422() -> None:
         ),
     ],
 )
-def test_malformed_records_are_422(mutate, message: str) -> None:
+def test_malformed_records_are_unprocessable(mutate, message: str) -> None:
     records = golden()
     mutate(records)
     with pytest.raises(AssemblyError) as exc:
@@ -294,14 +294,14 @@ def test_r3_missing_on_first_turn_only_is_fine_in_full_mode() -> None:
     np.testing.assert_array_equal(s.rollout_routed_experts, routing_oracle(s.tokens, 11, 3, 2))
 
 
-def test_full_r3_too_few_rows_is_422() -> None:
+def test_full_r3_too_few_rows_is_unprocessable() -> None:
     records = full_r3_chain()
     records[-1].routed_experts = records[-1].routed_experts[:5]
     with pytest.raises(AssemblyError, match=r"covers 5 rows but the merged sample needs 11"):
         assemble(records, decode=decode)
 
 
-def test_r3_wrong_dtype_or_shape_is_422() -> None:
+def test_r3_wrong_dtype_or_shape_is_unprocessable() -> None:
     records = full_r3_chain()
     records[1].routed_experts = records[1].routed_experts.astype(np.int64)
     with pytest.raises(AssemblyError, match=r"record 1 \(turn 1\) must be an int32"):
@@ -366,24 +366,24 @@ def test_incremental_r3_after_a_trim_discards_dropped_rows() -> None:
         (5, "additional R3: record 1 (turn 1) starts at row 5; expected 4"),  # gap
     ],
 )
-def test_incremental_r3_misaligned_patch_is_422(start: int, message: str) -> None:
+def test_incremental_r3_misaligned_patch_is_unprocessable(start: int, message: str) -> None:
     records, reference = incremental_chain()
     records[1].routed_experts = reference[start:8]
     records[1].routed_experts_start_len = start
     with pytest.raises(AssemblyError) as exc:
         assemble(records, decode=decode)
-    assert exc.value.status == 422
+    assert exc.value.kind is ErrorKind.UNPROCESSABLE
     assert exc.value.message == message
 
 
-def test_incremental_r3_missing_first_payload_is_422() -> None:
+def test_incremental_r3_missing_first_payload_is_unprocessable() -> None:
     records, _ = incremental_chain()
     records[0].routed_experts = None
     with pytest.raises(AssemblyError, match=r"record 0 \(turn 0\) has no routed_experts payload"):
         assemble(records, decode=decode)
 
 
-def test_incremental_r3_short_last_patch_is_422() -> None:
+def test_incremental_r3_short_last_patch_is_unprocessable() -> None:
     records, _ = incremental_chain()
     records[2].routed_experts = records[2].routed_experts[:1]
     with pytest.raises(

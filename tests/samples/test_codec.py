@@ -15,7 +15,7 @@ from tito.samples import (
     encode_samples,
     samples_identical,
 )
-from tito.session.records import snapshot_ids
+from tito.types.records import snapshot_ids
 
 from .helpers import Turn, chain, decode, routing_oracle
 

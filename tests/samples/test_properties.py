@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tito.samples import assemble, decode_samples, encode_samples, samples_identical
-from tito.session.records import TurnRecord, snapshot_ids
+from tito.types.records import TurnRecord, snapshot_ids
 
 from .helpers import Turn, chain, decode, routing_oracle
 

@@ -10,6 +10,8 @@ from support import start_tito
 
 from tito.samples import decode_samples
 
+pytestmark = pytest.mark.slow  # loads the embedded model
+
 pytest.importorskip("torch")
 pytest.importorskip("tito.engines.embedded")
 

@@ -14,11 +14,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import Proc, start_tito, tokenizer_dir
+from support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.render.families import family_module
 from tito.render.families.loaders import write_standin
 from tito.samples import decode_samples
+
+pytestmark = pytest.mark.slow  # two processes per family
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
@@ -41,12 +43,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                                module.STANDIN, module.STANDIN_EOS)
     else:
         folder = tokenizer_dir(FAMILIES[family])
-    engine = start_tito("mock-engine", "--tokenizer", str(folder), "--family", family,
-                        "--port", "0")
+    engine = start_mock(folder, family)
     try:
-        gateway = start_tito("serve", "--engine", "sglang", "--engine-url", engine.url,
-                             "--tokenizer", str(folder), "--family", family, "--port", "0",
-                             "--strict-template")
+        gateway = start_gateway(engine.url, folder, family, "--strict-template")
     except Exception:
         engine.stop()
         raise

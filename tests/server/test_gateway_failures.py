@@ -11,6 +11,8 @@ import httpx
 import pytest
 from support import Proc, start_tito
 
+pytestmark = pytest.mark.slow  # a gateway (and engine) process per case
+
 
 @pytest.fixture(scope="module")
 def slow_stack(qwen3_dir: Path) -> Any:
@@ -135,16 +137,3 @@ def test_max_seq_len_rejects_before_engine(qwen3_dir: Path, slow_stack: Any) -> 
         assert resp.json()["error"]["code"] == "context_length_exceeded"
     finally:
         gateway.stop()
-
-
-def test_strict_template_refuses_to_start(qwen3_dir: Path) -> None:
-    """The original Qwen3 template is not append-only: --strict-template refuses it."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "tito.cli", "serve", "--engine-url", "http://127.0.0.1:1",
-         "--tokenizer", str(qwen3_dir), "--family", "default", "--strict-template",
-         "--port", "0"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "failed the append-only self-check" in proc.stderr

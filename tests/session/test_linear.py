@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tito.engines.base import GenerateResult
-from tito.errors import BadRequest, Conflict
 from tito.render import TemplateRenderer, build_renderer
-from tito.session.linear import LinearSession, TurnRequest
+from tito.session.linear import LinearSession
 from tito.session.matchers import loose_tool_call, strict
-from tito.session.records import snapshot_ids
+from tito.types.engine import GenerateResult
+from tito.types.errors import BadRequest, Conflict
+from tito.types.messages import TurnRequest
+from tito.types.records import snapshot_ids
 
 
 @pytest.fixture(scope="module")

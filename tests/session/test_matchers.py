@@ -7,7 +7,6 @@ import types
 
 import pytest
 
-from tito.errors import BadRequest
 from tito.session.matchers import (
     MatcherError,
     loose_tool_call,
@@ -15,6 +14,7 @@ from tito.session.matchers import (
     role_content_only,
     strict,
 )
+from tito.types.errors import ConfigError
 
 
 def call(args: object, **extra: object) -> dict:
@@ -73,7 +73,7 @@ def test_matchers_do_not_mutate() -> None:
 def test_resolve_builtin_and_dotted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_matcher("strict") is strict
     for bad in ("Strict", "LOOSE_TOOL_CALL", "role-content-only"):
-        with pytest.raises(BadRequest):
+        with pytest.raises(ConfigError):
             resolve_matcher(bad)
     mod = types.ModuleType("user_matchers_mod")
     mod.always = lambda a, b: True  # type: ignore[attr-defined]
@@ -87,7 +87,7 @@ def test_resolve_builtin_and_dotted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_matcher("user_matchers_mod:always")(msg("a"), msg("b")) is True
     with pytest.raises(MatcherError, match="must return bool"):
         resolve_matcher("user_matchers_mod.broken")(msg("a"), msg("b"))
-    with pytest.raises(BadRequest, match="not async"):
+    with pytest.raises(ConfigError, match="not async"):
         resolve_matcher("user_matchers_mod:asyncm")
-    with pytest.raises(BadRequest, match="cannot load"):
+    with pytest.raises(ConfigError, match="cannot load"):
         resolve_matcher("no_such_module_xyz:f")

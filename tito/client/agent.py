@@ -1,4 +1,4 @@
-"""The agent contract (DESIGN 7) and running one agent over one prompt.
+"""The agent contract (design §7) and running one agent over one prompt.
 
 An agent is ``async def run_agent(base_url, prompt, request_kwargs, metadata, **kw)
 -> dict | None``: ``base_url`` ends in ``/sessions/<id>`` (an OpenAI client uses

@@ -1,6 +1,6 @@
 """The rollout driver behind ``tito rollout``: many agent trajectories against one gateway.
 
-Pure asyncio + HTTP, no UI and no engine management (that is :mod:`tito.client.rollout_cli`).
+Pure asyncio + HTTP, no UI and no engine management (that is :mod:`tito.cli.rollout`).
 
 - :func:`load_prompts` reads a ``--data`` JSONL file (one ``{"messages": [...],
   "metadata": {...}}`` per line) and raises :class:`RolloutInputError` with the line
@@ -25,7 +25,7 @@ TITO invariant violations of a sample (each one is a string in the summary):
 4. a sample that is not ``aborted`` has a non-empty response that starts with a generated
    token (the first turn's output directly follows the first prompt);
 5. every entry of the gateway's ``tito_session_mismatch`` report whose type is one of the
-   strict classes (:data:`tito.render.compare.STRICT_TYPES`: ``special_token_count``,
+   strict classes (:data:`tito.types.mismatch.STRICT_TYPES`: ``special_token_count``,
    ``special_token_type``, ``non_assistant_text``): the accumulated ids differ from the
    canonical render of the committed messages outside assistant text.
 
@@ -53,8 +53,8 @@ import numpy as np
 
 from tito.client.agent import AgentFn, generate, load_agent
 from tito.client.tracer import SessionTracer, TracedSession
-from tito.render.compare import MISMATCH_TYPES, STRICT_TYPES
 from tito.samples import STATUSES, Sample, sample_problem
+from tito.types.mismatch import MISMATCH_TYPES, STRICT_TYPES
 
 log = logging.getLogger("tito.rollout")
 
@@ -236,16 +236,16 @@ class _TrackingTracer(SessionTracer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.open: dict[str, TracedSession] = {}
+        self.open_sessions: dict[str, TracedSession] = {}
 
     async def create(self) -> TracedSession:
         session = await super().create()
-        self.open[session.session_id] = session
+        self.open_sessions[session.session_id] = session
         return session
 
     async def delete(self, session: TracedSession) -> None:
         await super().delete(session)  # a cancelled DELETE stays open: retried at exit
-        self.open.pop(session.session_id, None)
+        self.open_sessions.pop(session.session_id, None)
 
 
 class RolloutDriver:
@@ -306,7 +306,7 @@ class RolloutDriver:
                     await self._pending_abort
                 except Exception as exc:
                     log.warning("the agent's abort() raised %s: %s", type(exc).__name__, exc)
-            leftover = list(tracer.open.values())
+            leftover = list(tracer.open_sessions.values())
             for session in leftover:
                 await tracer.delete(session)
         for outcome in outcomes:

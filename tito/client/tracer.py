@@ -1,7 +1,7 @@
 """The tracer: create a session, hand its URL to an agent, collect its samples.
 
 ``collect`` is one non-retried ``POST /sessions/<id>/samples`` followed by a ``DELETE``
-in ``finally`` (DESIGN 7): a retry could assemble a different trajectory, and a session
+in ``finally`` (design §7): a retry could assemble a different trajectory, and a session
 must never outlive its collection. A timeout or transport error during the POST turns
 the trajectory into one ABORTED sample; any other failure raises.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import numpy as np
@@ -48,7 +48,7 @@ class SessionTracer:
         self._client = client or httpx.AsyncClient(timeout=timeout)
         self._owns_client = client is None
 
-    async def __aenter__(self) -> SessionTracer:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

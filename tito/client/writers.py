@@ -143,7 +143,11 @@ def parquet_writer(rows: Sequence[tuple[int, int, Sample]]) -> Callable[[Path], 
 def json_writer(data: Any) -> Callable[[Path], None]:
     """``write(path)`` for :func:`atomic_write`: ``data`` as indented JSON."""
     text = to_json(data, indent=2) + "\n"
-    return lambda path: path.write_text(text, encoding="utf-8")
+
+    def write(path: Path) -> None:
+        path.write_text(text, encoding="utf-8")
+
+    return write
 
 
 def write_samples_parquet(path: Path, rows: Sequence[tuple[int, int, Sample]]) -> None:

@@ -1,1 +1,1 @@
-"""Inference engines reached with token ids (protocol in :mod:`tito.engines.base`)."""
+"""Inference engines reached with token ids (the contract is :mod:`tito.types.engine`)."""

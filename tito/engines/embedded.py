@@ -1,7 +1,7 @@
 """The embedded CPU engine: SmolLM2-135M-Instruct in-process, with continuous batching.
 
 Use it where there is no GPU server: ``tito serve`` / ``tito rollout`` default to it. It
-implements :class:`tito.engines.base.Engine` fully:
+implements :class:`tito.types.engine.Engine` fully:
 
 - token ids in, exact token ids out, each with the logprob of the sampled token under the
   sampling distribution actually used: ``log_softmax(logits / T)`` after penalties and
@@ -33,7 +33,6 @@ from pathlib import Path
 
 import torch
 
-from tito.engines.base import GenerateResult, PauseMode, SamplingParams
 from tito.engines.embedded_sampling import GREEDY_EPS, SamplerState
 from tito.engines.embedded_scheduler import BatchScheduler, Request, SchedulerConfig
 from tito.engines.embedded_tokenizer import (
@@ -43,8 +42,9 @@ from tito.engines.embedded_tokenizer import (
     make_tokenizer,
 )
 from tito.engines.embedded_weights import hf_model, load_model, load_weights
-from tito.errors import EngineError, EngineRejected
-from tito.render.tokenizer import Tokenizer
+from tito.types.engine import GenerateResult, PauseMode, SamplingParams, TokenIds
+from tito.types.errors import EngineError, EngineRejected
+from tito.types.tokenizer import Tokenizer
 
 __all__ = ["EmbeddedEngine", "load_embedded_tokenizer"]
 
@@ -52,7 +52,7 @@ _PAUSE_MODES = ("retract", "abort", "in_place")
 
 
 def _reject(message: str) -> EngineRejected:
-    return EngineRejected(message, status=400)
+    return EngineRejected(message)
 
 
 def validate_params(params: SamplingParams) -> None:
@@ -172,7 +172,7 @@ class EmbeddedEngine:
     # ---- the engine protocol -----------------------------------------------------------
     async def generate(
         self,
-        input_ids: Sequence[int],
+        input_ids: TokenIds,
         params: SamplingParams,
         rid: str,
         *,
@@ -220,7 +220,7 @@ class EmbeddedEngine:
             self._scheduler.abort_request(request)
             raise
 
-    def _check_prompt(self, input_ids: Sequence[int], params: SamplingParams) -> list[int]:
+    def _check_prompt(self, input_ids: TokenIds, params: SamplingParams) -> list[int]:
         validate_params(params)
         prompt = [int(t) for t in input_ids]
         if not prompt:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tito.errors import EngineError
+from tito.types.errors import EngineError
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tito.engines.base import SamplingParams
+from tito.types.engine import SamplingParams
 
 GREEDY_EPS = 1e-6
 

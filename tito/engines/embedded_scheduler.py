@@ -13,6 +13,7 @@ Results go back to each request's own event loop with ``call_soon_threadsafe``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,13 +23,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tito.engines.base import FinishReason, GenerateResult, PauseMode, SamplingParams
 from tito.engines.embedded_model import KVCache, LlamaModel, Segment
 from tito.engines.embedded_prefix import PrefixStore
 from tito.engines.embedded_sampling import SamplerState, sample
-from tito.errors import EngineError, EngineRejected
+from tito.types.engine import FinishReason, GenerateResult, PauseMode, SamplingParams
+from tito.types.errors import EngineError, EngineRejected
 
 Deliver = Callable[[GenerateResult | BaseException], None]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -125,7 +128,7 @@ class BatchScheduler:
             if self._closed:
                 raise EngineError("embedded engine is closed")
             if req.rid in self._inflight:
-                raise EngineRejected(f"duplicate request id {req.rid!r}", status=400)
+                raise EngineRejected(f"duplicate request id {req.rid!r}")
             self._inflight[req.rid] = req
             self._waiting.append(req)
             self._cond.notify_all()
@@ -201,39 +204,50 @@ class BatchScheduler:
     def _run(self) -> None:
         torch.set_num_threads(self.config.num_threads or default_threads())
         with torch.inference_mode():
+            while (batch := self._next_batch()) is not None:
+                self._run_batch(*batch)
+
+    def _next_batch(self) -> tuple[list[Request], list[Request]] | None:
+        """Wait for work; admit waiting requests. (admitted, running), or None once closed."""
+        with self._cond:
             while True:
-                with self._cond:
-                    for req in [r for r in self._running if r.aborted]:
+                for req in [r for r in self._running if r.aborted]:
+                    self._running.remove(req)
+                    self._finish_locked(req, "abort", None)
+                if self._paused and self._retract_pending:
+                    self._retract_locked()
+                if self._closed:
+                    return None
+                if not self._paused and (self._waiting or self._running):
+                    break
+                self._busy = False
+                self._cond.notify_all()
+                self._cond.wait()
+            self._busy = True
+            admitted = []
+            while self._waiting and len(self._running) < self.config.max_batch_size:
+                req = self._waiting.popleft()
+                self._running.append(req)
+                admitted.append(req)
+            self.stats.max_running = max(self.stats.max_running, len(self._running))
+            return admitted, list(self._running)
+
+    def _run_batch(self, admitted: list[Request], running: list[Request]) -> None:
+        """One step; a failure (a bug, OOM) fails the batch and the engine keeps serving."""
+        try:
+            for req in admitted:
+                self._prepare(req)
+            self._step(running)
+        except Exception as exc:
+            log.exception("embedded engine step failed; failing the %d request(s) of the "
+                          "batch: %s", len(running), ", ".join(r.rid for r in running))
+            with self._cond:
+                for req in running:
+                    if req in self._running:
                         self._running.remove(req)
-                        self._finish_locked(req, "abort", None)
-                    if self._paused and self._retract_pending:
-                        self._retract_locked()
-                    if self._closed:
-                        return
-                    if self._paused or not (self._waiting or self._running):
-                        self._busy = False
-                        self._cond.notify_all()
-                        self._cond.wait()
-                        continue
-                    self._busy = True
-                    admitted = []
-                    while self._waiting and len(self._running) < self.config.max_batch_size:
-                        req = self._waiting.popleft()
-                        self._running.append(req)
-                        admitted.append(req)
-                    self.stats.max_running = max(self.stats.max_running, len(self._running))
-                    running = list(self._running)
-                try:
-                    for req in admitted:
-                        self._prepare(req)
-                    self._step(running)
-                except Exception as exc:  # a bug or OOM: fail the batch, keep serving
                     error = EngineError(f"embedded engine step failed: {exc}")
-                    with self._cond:
-                        for req in running:
-                            if req in self._running:
-                                self._running.remove(req)
-                            self._finish_locked(req, exc=error)
+                    error.__cause__ = exc  # delivered, not raised: chain it by hand
+                    self._finish_locked(req, exc=error)
 
     def _retract_locked(self) -> None:
         """``pause(retract)``: running requests go back to the queue front without KV;

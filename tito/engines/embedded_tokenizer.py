@@ -18,16 +18,20 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
 from tito.engines.embedded_files import cache_dir, find_gguf, read_cached, write_cached
-from tito.errors import EngineError
-from tito.render.tokenizer import Tokenizer
+from tito.types.errors import EngineError
+from tito.types.tokenizer import Tokenizer
 
 CONTROL_TOKEN_TYPE = 3
 TOKENIZER_NAME = "smollm2"
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +44,36 @@ class TokenizerMeta:
     special_tokens: tuple[str, ...]
 
 
-def _field(reader: object, key: str, default: object = None) -> object:
-    field = reader.fields.get(key)  # type: ignore[attr-defined]
-    return default if field is None else field.contents()
+def _field(reader: Any, key: str) -> Any:
+    """A metadata value of a ``GGUFReader`` (an untyped package); None when absent."""
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def _list_field(reader: Any, key: str, item: type[_T], *, required: bool = True) -> list[_T]:
+    """A metadata array whose items are all ``item`` (``[]`` when optional and absent)."""
+    value = _field(reader, key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+        raise EngineError(f"embedded model metadata: {key} is not a list of {item.__name__}")
+    return value
+
+
+def _int_field(reader: Any, key: str) -> int | None:
+    value = _field(reader, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise EngineError(f"embedded model metadata: {key} is not an integer: {value!r}")
+    return int(value)
+
+
+def _merge_pair(merge: str) -> tuple[str, str]:
+    left, sep, right = merge.partition(" ")
+    if not sep:
+        raise EngineError(f"embedded model metadata: malformed BPE merge {merge!r}")
+    return left, right
 
 
 def _from_gguf(gguf: Path) -> tuple[tokenizers.Tokenizer, TokenizerMeta]:
@@ -54,10 +85,9 @@ def _from_gguf(gguf: Path) -> tuple[tokenizers.Tokenizer, TokenizerMeta]:
     model = _field(reader, "tokenizer.ggml.model")
     if model != "gpt2":
         raise EngineError(f"embedded tokenizer: expected a gpt2 BPE vocabulary, got {model!r}")
-    tokens: list[str] = list(_field(reader, "tokenizer.ggml.tokens"))  # type: ignore[arg-type]
-    merges_raw: list[str] = list(_field(reader, "tokenizer.ggml.merges"))  # type: ignore[arg-type]
-    types: list[int] = list(_field(reader, "tokenizer.ggml.token_type", []))  # type: ignore[arg-type]
-    merges = [tuple(m.split(" ", 1)) for m in merges_raw]
+    tokens = _list_field(reader, "tokenizer.ggml.tokens", str)
+    merges = [_merge_pair(m) for m in _list_field(reader, "tokenizer.ggml.merges", str)]
+    types = _list_field(reader, "tokenizer.ggml.token_type", int, required=False)
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
     backend = tokenizers.Tokenizer(bpe)
     backend.pre_tokenizer = pre_tokenizers.Sequence(
@@ -71,14 +101,13 @@ def _from_gguf(gguf: Path) -> tuple[tokenizers.Tokenizer, TokenizerMeta]:
     backend.add_special_tokens(
         [tokenizers.AddedToken(t, special=True, normalized=False) for t in special]
     )
-    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    eos = _int_field(reader, "tokenizer.ggml.eos_token_id")
     if eos is None:
         raise EngineError("embedded model metadata has no tokenizer.ggml.eos_token_id")
-    bos = _field(reader, "tokenizer.ggml.bos_token_id")
     template = _field(reader, "tokenizer.chat_template")
     meta = TokenizerMeta(
-        bos_token_id=None if bos is None else int(bos),  # type: ignore[call-overload]
-        eos_token_id=int(eos),  # type: ignore[call-overload]
+        bos_token_id=_int_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=eos,
         chat_template=template if isinstance(template, str) else None,
         special_tokens=special,
     )

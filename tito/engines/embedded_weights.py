@@ -13,13 +13,17 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from tito.engines.embedded_files import cache_dir, find_gguf, read_cached, write_cached
 from tito.engines.embedded_model import LlamaModel, ModelConfig
-from tito.errors import EngineError
+from tito.types.errors import EngineError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +33,13 @@ class LoadedWeights:
     """fp32 tensors in ``transformers``' naming, the model config, and how they were got."""
 
     cfg: ModelConfig
-    hf_config: dict
+    hf_config: dict[str, Any]
     state: dict[str, torch.Tensor]
     from_cache: bool
     seconds: float
 
 
-def _hf_from_gguf(gguf: Path) -> torch.nn.Module:
+def _hf_from_gguf(gguf: Path) -> PreTrainedModel:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from transformers import AutoModelForCausalLM

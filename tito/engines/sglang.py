@@ -1,4 +1,4 @@
-"""SGLang client: native ``POST /generate`` with ``input_ids`` (DESIGN 8).
+"""SGLang client: native ``POST /generate`` with ``input_ids`` (design §8).
 
 One sample per request with our own ``rid``; explicit sampling parameters (SGLang's
 defaults differ from OpenAI's); ``output_ids`` are the truth and
@@ -10,16 +10,15 @@ The client keeps one pooled keep-alive aiohttp session; bodies are encoded with 
 from __future__ import annotations
 
 import base64
+import binascii
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-import numpy as np
 import orjson
 
-from tito.engines.base import GenerateResult, PauseMode, SamplingParams
-from tito.errors import EngineError, EngineRejected, EngineTimeout
+from tito.types.engine import FinishReason, GenerateResult, PauseMode, SamplingParams, TokenIds
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout
 
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -47,63 +46,176 @@ def sampling_payload(params: SamplingParams) -> dict[str, Any]:
     return out
 
 
-def _error_text(body: bytes) -> str:
+def _error_text(body: bytes, limit: int = 500) -> str:
+    """The message of an engine's error body (SGLang's two 400 shapes, FastAPI's detail)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace")[:500]
+        return body.decode("utf-8", "replace")[:limit]
     err = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)
-    return str(err)
+        err = err.get("message") or err.get("detail") or err
+    return str(err)[:limit]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class _Reply:
+    """Checks of one ``/generate`` reply; every failure is an :class:`EngineError` naming
+    the field (an engine answering garbage is a bad gateway, not a bug of ours)."""
+
+    def __init__(self, rid: str) -> None:
+        self.rid = rid
+
+    def error(self, problem: str) -> EngineError:
+        return EngineError(f"engine reply for {self.rid}: {problem}")
+
+    def meta(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict) or "meta_info" not in data:
+            raise EngineError(f"engine reply for {self.rid} is not a /generate result object")
+        meta = data["meta_info"]
+        if not isinstance(meta, dict):
+            raise self.error(f"meta_info is {_kind(meta)}, not an object")
+        return meta
+
+    def finish(self, meta: dict[str, Any]) -> tuple[FinishReason, int | str | None]:
+        """The finish reason and matched stop; an abort with an error status raises."""
+        finish = meta.get("finish_reason") or {}
+        kind = finish.get("type") if isinstance(finish, dict) else None
+        if kind not in ("stop", "length", "abort"):
+            raise EngineError(
+                f"engine reply for {self.rid} has an unknown finish_reason {finish!r}")
+        if kind == "abort":
+            self._check_abort_status(finish)
+        matched = finish.get("matched") if kind == "stop" else None
+        if matched is not None and not (_is_int(matched) or isinstance(matched, str)):
+            raise self.error(f"meta_info.finish_reason.matched is {_kind(matched)}, "
+                             "not a token id or a string")
+        return kind, matched
+
+    def _check_abort_status(self, finish: dict[str, Any]) -> None:
+        status = finish.get("status_code")
+        if status is None:
+            return
+        if not _is_int(status):
+            raise self.error(f"meta_info.finish_reason.status_code is {_kind(status)}, "
+                             "not an integer")
+        if 400 <= status < 600:
+            reason = f"engine aborted {self.rid}: {finish.get('message')}"
+            if status >= 500:
+                raise EngineError(reason, code="engine_rejected")
+            raise EngineRejected(reason, engine_status=status)
+
+    def output_ids(self, data: dict[str, Any]) -> list[int]:
+        output_ids = data.get("output_ids")
+        if not isinstance(output_ids, list):
+            raise EngineError(f"engine reply for {self.rid} has no output_ids")
+        for i, tok in enumerate(output_ids):
+            if not _is_int(tok):
+                raise self.error(f"output_ids[{i}] is {_kind(tok)} {tok!r}, not a token id")
+        return output_ids
+
+    def logprobs(self, meta: dict[str, Any], output_ids: list[int]) -> list[float]:
+        lp = meta.get("output_token_logprobs")
+        if not isinstance(lp, list):
+            raise EngineError(
+                f"engine reply for {self.rid} has no meta_info.output_token_logprobs "
+                "(return_logprob must be honoured)"
+            )
+        if len(lp) != len(output_ids):
+            raise self.error(f"{len(lp)} output_token_logprobs for {len(output_ids)} output_ids")
+        return [self._logprob(i, entry, tid)
+                for i, (entry, tid) in enumerate(zip(lp, output_ids, strict=True))]
+
+    def _logprob(self, i: int, entry: Any, tid: int) -> float:
+        """``[logprob, id]`` or ``[logprob, id, text]`` for output token ``tid``."""
+        if not isinstance(entry, list) or not 2 <= len(entry) <= 3:
+            raise self.error(f"meta_info.output_token_logprobs[{i}] is {entry!r}, not a "
+                             "[logprob, id, text] list")
+        value, token = entry[0], entry[1]
+        if token != tid or not _is_int(token):
+            raise self.error(f"logprob entry {i} is for token {token!r}, output_ids has {tid}")
+        if value is None:
+            return 0.0
+        if not _is_number(value):
+            raise self.error(f"meta_info.output_token_logprobs[{i}][0] is {_kind(value)}, "
+                             "not a number")
+        return float(value)
+
+    def count(self, meta: dict[str, Any], key: str) -> int:
+        value = meta.get(key)
+        if value is None:
+            return 0
+        if not _is_int(value):
+            raise self.error(f"meta_info.{key} is {_kind(value)} {value!r}, not an integer")
+        return value
+
+    def weight_version(self, meta: dict[str, Any]) -> str | None:
+        value = meta.get("weight_version")
+        if value is not None and not isinstance(value, str):
+            raise self.error(f"meta_info.weight_version is {_kind(value)}, not a string")
+        return value
+
+    def e2e_latency(self, meta: dict[str, Any]) -> float | None:
+        value = meta.get("e2e_latency")
+        if value is None:
+            return None
+        if not _is_number(value):
+            raise self.error(f"meta_info.e2e_latency is {_kind(value)}, not a number")
+        return float(value)
+
+    def routed_experts(self, meta: dict[str, Any]) -> bytes | None:
+        routed = meta.get("routed_experts")
+        if not isinstance(routed, str):
+            return None
+        try:
+            return base64.b64decode(routed)
+        except binascii.Error as exc:
+            raise self.error(f"meta_info.routed_experts is not base64: {exc}") from exc
 
 
 def parse_generate_response(data: Any, *, rid: str) -> GenerateResult:
-    """Validate an SGLang ``/generate`` reply (n=1) and turn it into a GenerateResult."""
-    if not isinstance(data, dict) or "meta_info" not in data:
-        raise EngineError(f"engine reply for {rid} is not a /generate result object")
-    meta = data["meta_info"]
-    output_ids = data.get("output_ids")
-    if not isinstance(output_ids, list):
-        raise EngineError(f"engine reply for {rid} has no output_ids")
-    lp = meta.get("output_token_logprobs")
-    if not isinstance(lp, list):
-        raise EngineError(
-            f"engine reply for {rid} has no meta_info.output_token_logprobs "
-            "(return_logprob must be honoured)"
-        )
-    if len(lp) != len(output_ids):
-        raise EngineError(
-            f"engine reply for {rid}: {len(lp)} output_token_logprobs for "
-            f"{len(output_ids)} output_ids"
-        )
-    logprobs: list[float] = []
-    for i, (entry, tid) in enumerate(zip(lp, output_ids, strict=True)):
-        if entry[1] != tid:
-            raise EngineError(
-                f"engine reply for {rid}: logprob entry {i} is for token {entry[1]}, "
-                f"output_ids has {tid}"
-            )
-        logprobs.append(float(entry[0]) if entry[0] is not None else 0.0)
-    finish = meta.get("finish_reason") or {}
-    kind = finish.get("type") if isinstance(finish, dict) else None
-    if kind not in ("stop", "length", "abort"):
-        raise EngineError(f"engine reply for {rid} has an unknown finish_reason {finish!r}")
-    if kind == "abort" and finish.get("status_code") and 400 <= finish["status_code"] < 600:
-        raise EngineRejected(f"engine aborted {rid}: {finish.get('message')}",
-                             status=502 if finish["status_code"] >= 500 else 400)
-    routed = meta.get("routed_experts")
+    """Validate an SGLang ``/generate`` reply (n=1) and turn it into a GenerateResult.
+
+    A malformed reply raises :class:`EngineError` naming the field; an abort with an
+    engine error status raises :class:`EngineRejected` (4xx) or an ``engine_rejected``
+    :class:`EngineError` (5xx).
+    """
+    reply = _Reply(rid)
+    meta = reply.meta(data)
+    kind, matched = reply.finish(meta)
+    output_ids = reply.output_ids(data)
     return GenerateResult(
-        output_ids=[int(t) for t in output_ids],
-        logprobs=logprobs,
+        output_ids=output_ids,
+        logprobs=reply.logprobs(meta, output_ids),
         finish_reason=kind,
-        matched_stop=finish.get("matched") if kind == "stop" else None,
-        prompt_tokens=int(meta.get("prompt_tokens") or 0),
-        cached_tokens=int(meta.get("cached_tokens") or 0),
-        weight_version=meta.get("weight_version"),
-        routed_experts=base64.b64decode(routed) if isinstance(routed, str) else None,
-        e2e_latency=meta.get("e2e_latency"),
+        matched_stop=matched,
+        prompt_tokens=reply.count(meta, "prompt_tokens"),
+        cached_tokens=reply.count(meta, "cached_tokens"),
+        weight_version=reply.weight_version(meta),
+        routed_experts=reply.routed_experts(meta),
+        e2e_latency=reply.e2e_latency(meta),
     )
+
+
+def _max_model_len(models: Any) -> int | None:
+    """The smallest ``max_model_len`` of a ``/v1/models`` reply (None: none is given)."""
+    cards = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(cards, list):
+        return None
+    lengths = [c["max_model_len"] for c in cards
+               if isinstance(c, dict) and _is_int(c.get("max_model_len"))]
+    return min(lengths) if lengths else None
 
 
 class SGLangEngine:
@@ -145,7 +257,7 @@ class SGLangEngine:
 
     async def generate(
         self,
-        input_ids: Sequence[int] | np.ndarray,
+        input_ids: TokenIds,
         params: SamplingParams,
         rid: str,
         *,
@@ -168,7 +280,8 @@ class SGLangEngine:
         if status != 200:
             message = _error_text(body)
             if 400 <= status < 500:
-                raise EngineRejected(f"engine rejected the request: {message}", status=status)
+                raise EngineRejected(f"engine rejected the request: {message}",
+                                     engine_status=status)
             raise EngineError(f"engine answered HTTP {status}: {message}")
         try:
             data = orjson.loads(body)
@@ -185,10 +298,7 @@ class SGLangEngine:
             try:
                 async with self._client().get(self.url + "/v1/models") as resp:
                     if resp.status == 200:
-                        cards = orjson.loads(await resp.read()).get("data") or []
-                        lengths = [c.get("max_model_len") for c in cards
-                                   if isinstance(c.get("max_model_len"), int)]
-                        self._context_length = min(lengths) if lengths else None
+                        self._context_length = _max_model_len(orjson.loads(await resp.read()))
             except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
                 return None
         return self._context_length

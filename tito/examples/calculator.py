@@ -14,13 +14,16 @@ import math
 import operator
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionToolParam
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 1e18
 
-CALCULATOR_TOOL: dict[str, Any] = {
+CALCULATOR_TOOL: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "calculator",

@@ -1,6 +1,6 @@
 """The demo agent of ``tito rollout``: a multi-turn math agent with a calculator tool.
 
-It follows the agent contract (DESIGN 7)::
+It follows the agent contract (design §7)::
 
     async def run_agent(base_url, prompt, request_kwargs, metadata, **kw) -> dict
 
@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from openai import AsyncOpenAI, BadRequestError
 from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionMessageToolCallUnion
 
 from tito.examples.calculator import (
     CALCULATOR_TOOL,
@@ -102,8 +105,17 @@ def with_system_prompt(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def tool_result(call: ChatCompletionMessageToolCall) -> dict[str, Any]:
+def function_call(call: ChatCompletionMessageToolCallUnion) -> ChatCompletionMessageToolCall:
+    """``call`` as a function call; any other kind is a ValueError (only functions are offered)."""
+    if call.type != "function":
+        raise ValueError(f"unexpected {call.type!r} tool call {call.id!r}: only function tools "
+                         "are offered")
+    return call
+
+
+def tool_result(call: ChatCompletionMessageToolCallUnion) -> dict[str, Any]:
     """The ``tool`` message answering one tool call."""
+    call = function_call(call)
     if call.function.name == CALCULATOR_TOOL["function"]["name"]:
         content = run_calculator(call.function.arguments)
     else:
@@ -111,10 +123,16 @@ def tool_result(call: ChatCompletionMessageToolCall) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 
+def sdk_messages(messages: list[dict[str, Any]]) -> list[ChatCompletionMessageParam]:
+    """The conversation as the SDK types it: its messages are OpenAI chat messages as JSON
+    (the dataset prompt, dumped replies, tool results and user turns)."""
+    return cast("list[ChatCompletionMessageParam]", messages)
+
+
 async def _chat(client: AsyncOpenAI, messages: list[dict[str, Any]],
                 kwargs: dict[str, Any]) -> ChatCompletion:
     request = asyncio.ensure_future(client.chat.completions.create(
-        model=MODEL, messages=messages, tools=[CALCULATOR_TOOL], **kwargs))  # type: ignore[arg-type]
+        model=MODEL, messages=sdk_messages(messages), tools=[CALCULATOR_TOOL], **kwargs))
     _IN_FLIGHT.add(request)
     try:
         return await request

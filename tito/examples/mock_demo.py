@@ -1,9 +1,10 @@
 """Demo: a 3-turn tool-calling agent through `tito serve` + `tito mock-engine`.
 
-Run ``python -m tito.examples.mock_demo --tokenizer DIR --family qwen3``. It starts both
-servers as child processes on free ports, runs an OpenAI-SDK agent whose messages script
-the mock model (``CALL``/``SAY``/``THINK`` directives), collects the training sample and
-prints it with the generated (loss-mask 1) spans highlighted.
+Run ``python -m tito.examples.mock_demo --tokenizer DIR --family qwen3``. The stack
+builder (:func:`tito.stack.start_stack`) starts ``tito mock-engine`` as a child process and
+serves the gateway in this process, on free ports; an OpenAI-SDK agent whose messages
+script the mock model (``CALL``/``SAY``/``THINK`` directives) runs through it, and the
+training sample is printed with the generated (loss-mask 1) spans highlighted.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionToolParam
 from rich.console import Console
 from rich.text import Text
 
 from tito.client.agent import generate
 from tito.client.tracer import SessionTracer
-from tito.launch import start_server, tito_command
+from tito.config import ServerConfig
+from tito.examples.calculator_agent import sdk_messages
 from tito.samples import Sample
+from tito.stack import start_stack
+from tito.types.tokenizer import Tokenizer
 
-TOOLS = [{"type": "function", "function": {
+TOOLS: list[ChatCompletionToolParam] = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}]
@@ -43,8 +48,8 @@ async def weather_agent(base_url: str, prompt: list[dict[str, Any]],
     ])
     turns = 0
     while True:
-        reply = await client.chat.completions.create(model="demo", messages=messages,
-                                                     tools=TOOLS, **request_kwargs)
+        reply = await client.chat.completions.create(
+            model="demo", messages=sdk_messages(messages), tools=TOOLS, **request_kwargs)
         turns += 1
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
@@ -57,13 +62,11 @@ async def weather_agent(base_url: str, prompt: list[dict[str, Any]],
     return {"reward": 1.0, "turns": turns}
 
 
-def show(sample: Sample, tokenizer_dir: str, family: str) -> None:
-    from tito.render import build_renderer
-
-    tok = build_renderer(family, tokenizer_dir).tokenizer
+def show(sample: Sample, tok: Tokenizer) -> None:
     console = Console()
     prompt_len = sample.prompt_length
     text = Text(tok.decode(sample.tokens[:prompt_len].tolist()), style="dim")
+    assert sample.loss_mask is not None  # a completed sample has one
     mask = sample.loss_mask.tolist()
     start = 0
     while start < len(mask):
@@ -86,28 +89,21 @@ def show(sample: Sample, tokenizer_dir: str, family: str) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    engine = start_server("tito mock-engine", tito_command(
-        "mock-engine", "--tokenizer", args.tokenizer, "--family", args.family, "--port", "0"))
+    config = ServerConfig(tokenizer=args.tokenizer, family=args.family, engine="mock",
+                          port=0, log_level="warning")
+    stack = await start_stack(config)
     try:
-        gateway = start_server("tito serve", tito_command(
-            "serve", "--engine-url", engine.url, "--tokenizer", args.tokenizer,
-            "--family", args.family, "--port", "0"))
-    except RuntimeError:
-        engine.stop()
-        raise
-    try:
-        async with SessionTracer(gateway.url) as tracer:
+        async with SessionTracer(stack.url) as tracer:
             prompt = [{"role": "system", "content": "You are a weather assistant."},
                       {"role": "user", "content": 'THINK Paris first.\n'
                                                   'CALL get_weather {"city": "Paris"}'}]
             samples = await generate(weather_agent, prompt, {"max_new_tokens": 256},
                                      tracer=tracer, metadata={"demo": True})
-        show(samples[0], args.tokenizer, args.family)
+        show(samples[0], stack.gateway.renderer.tokenizer)
         print(json.dumps({"turns": samples[0].metadata.get("turns"),
                           "status": samples[0].status}))
     finally:
-        gateway.stop()
-        engine.stop()
+        await stack.close()
     return 0
 
 

@@ -1,6 +1,6 @@
 """A deterministic agent for ``tito rollout --engine mock`` (CI, tests, demos without a model).
 
-It scripts the mock engine (:mod:`tito.engines.mock_directives`): before each request it
+It scripts the mock engine (:mod:`tito.engines.mock.directives`): before each request it
 appends one directive line to the message it is about to send (the prompt's last user
 message, a tool result, or its feedback turn). The default script solves a question of
 the bundled dataset in two turns::
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI, BadRequestError
 
@@ -30,7 +30,16 @@ from tito.examples.calculator import (
     is_correct,
     run_calculator,
 )
-from tito.examples.calculator_agent import FEEDBACK, context_exceeded, split_request_kwargs
+from tito.examples.calculator_agent import (
+    FEEDBACK,
+    context_exceeded,
+    function_call,
+    sdk_messages,
+    split_request_kwargs,
+)
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageToolCallUnion
 
 _WAITING: set[asyncio.Future[None]] = set()
 
@@ -58,6 +67,13 @@ def default_script(metadata: dict[str, Any]) -> list[str]:
     return [f"CALL calculator {json.dumps({'expression': expression})}", f"SAY {result}"]
 
 
+def _tool_result(call: ChatCompletionMessageToolCallUnion) -> dict[str, Any]:
+    """The calculator's answer to ``call``, whatever function it names."""
+    call = function_call(call)
+    return {"role": "tool", "tool_call_id": call.id,
+            "content": run_calculator(call.function.arguments)}
+
+
 def _append(message: dict[str, Any], directive: str) -> dict[str, Any]:
     return {**message, "content": f"{message.get('content') or ''}\n{directive}"}
 
@@ -83,7 +99,7 @@ async def run_agent(base_url: str, prompt: list[dict[str, Any]],
             messages[-1] = _append(messages[-1], directive)
             try:
                 completion = await client.chat.completions.create(
-                    model="tito", messages=messages, tools=[CALCULATOR_TOOL],  # type: ignore[arg-type]
+                    model="tito", messages=sdk_messages(messages), tools=[CALCULATOR_TOOL],
                     **kwargs)
             except BadRequestError as exc:  # over --max-seq-len: end the episode
                 if not context_exceeded(exc):
@@ -94,9 +110,7 @@ async def run_agent(base_url: str, prompt: list[dict[str, Any]],
             messages.append(choice.message.model_dump(exclude_none=True))
             if choice.message.tool_calls and choice.finish_reason != "length":
                 tool_calls += len(choice.message.tool_calls)
-                messages.extend({"role": "tool", "tool_call_id": call.id,
-                                 "content": run_calculator(call.function.arguments)}
-                                for call in choice.message.tool_calls)
+                messages.extend(_tool_result(call) for call in choice.message.tool_calls)
                 continue
             correct = is_correct(extract_number(choice.message.content), reference)
             if correct and turns >= 2:

@@ -10,10 +10,12 @@ tool call (a body that is not a JSON object stays in content).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tito.parse.base import ParsedCompletion, api_finish_reason, make_call
+from tito.parse.base import api_finish_reason, make_call
 from tito.parse.tagged import Call, TaggedParser, json_object
+from tito.types.messages import ParsedCompletion
 
 _RECIPIENT = re.compile(r"to=functions\.([^\s<]+)")
 _ENDS = ("<|end|>", "<|call|>", "<|return|>")
@@ -21,8 +23,7 @@ _ENDS = ("<|end|>", "<|call|>", "<|return|>")
 
 @dataclass
 class HarmonyParser(TaggedParser):
-    def parse(self, output_ids: list[int] | tuple[int, ...], engine_finish: str
-              ) -> ParsedCompletion:
+    def parse(self, output_ids: Sequence[int], engine_finish: str) -> ParsedCompletion:
         text = self.tokenizer.decode(list(output_ids), skip_special_tokens=False)
         reasoning: list[str] = []
         content: list[str] = []

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.base import ParsedCompletion, api_finish_reason, call_arguments, make_call
-from tito.render.tokenizer import Tokenizer
+from tito.parse.base import api_finish_reason, call_arguments, make_call
+from tito.types.messages import ParsedCompletion
+from tito.types.tokenizer import Tokenizer
 
 _CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 

@@ -3,7 +3,7 @@
 Family parsers subclass :class:`TaggedParser` and implement :meth:`extract_calls` on the
 text after the reasoning block. Text is decoded with special tokens kept (many formats use
 special tokens as markers), then the trailing stop token is removed. A tool call that does
-not parse stays in ``content``, verbatim: never dropped (DESIGN 4.5).
+not parse stays in ``content``, verbatim: never dropped (design §4.5).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito.parse.base import ParsedCompletion, api_finish_reason
-from tito.render.tokenizer import Tokenizer
+from tito.parse.base import api_finish_reason
+from tito.types.messages import ParsedCompletion
+from tito.types.tokenizer import Tokenizer
 
 Call = dict[str, Any]
 _NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")

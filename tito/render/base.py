@@ -1,4 +1,4 @@
-"""The renderer protocol and the default template-diff renderer (DESIGN 4.1-4.3).
+"""The renderer protocol and the default template-diff renderer (design §4.1-4.3).
 
 A renderer turns messages into token ids. It does three things:
 
@@ -27,12 +27,11 @@ from typing import Any
 
 import orjson
 
-from tito.errors import BadRequest, TokenizationError
-from tito.parse.base import ParsedCompletion, Parser
 from tito.render.template import render_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.errors import BadRequest, TokenizationError
+from tito.types.messages import Message, ParsedCompletion, Parser
+from tito.types.tokenizer import Tokenizer
 
-Message = dict[str, Any]
 ALL_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 DUMMY_SYSTEM: Message = {"role": "system", "content": "dummy system"}
@@ -49,7 +48,7 @@ class Bridge:
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """What a model family declares (DESIGN 4.3)."""
+    """What a model family declares (design §4.3)."""
 
     name: str
     template: str | None = None

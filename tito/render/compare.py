@@ -1,4 +1,4 @@
-"""The ``tito_session_mismatch`` comparator (DESIGN 4.4).
+"""The ``tito_session_mismatch`` comparator (design §4.4).
 
 Compares a trajectory's accumulated ids with the canonical render of its committed
 messages, segmented at special tokens. Classes:
@@ -9,7 +9,8 @@ messages, segmented at special tokens. Classes:
 - ``assistant_text``: assistant text differs (expected: history assistant tokens are the
   model's own ids, which need not equal a re-tokenization of the parsed message).
 
-The first three must be zero for a correct family. Per family: the special-token set that
+The first three (:data:`tito.types.mismatch.STRICT_TYPES`) must be zero for a correct
+family. Per family: the special-token set that
 segments (``FamilySpec.comparator_special``, e.g. Kimi leaves out ``<|im_middle|>``), the
 trailing tokens stripped from both ends (``trailing_tokens``: stop tokens the next turn's
 template replaces, e.g. GLM's ``<|user|>``), and how assistant text is recognised
@@ -24,10 +25,8 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
+from tito.types.mismatch import MISMATCH_TYPES
 
-MISMATCH_TYPES = ("special_token_count", "special_token_type", "non_assistant_text",
-                  "assistant_text")
-STRICT_TYPES = MISMATCH_TYPES[:3]
 _CLIP = 200
 
 

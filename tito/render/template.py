@@ -15,7 +15,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from tito.errors import TokenizationError
+from tito.types.errors import TokenizationError
 
 
 def _raise(message: str) -> None:

@@ -1,4 +1,4 @@
-"""Append-only verification of a renderer (DESIGN 4.4), pure and CPU-only.
+"""Append-only verification of a renderer (design §4.4), pure and CPU-only.
 
 For each trajectory of a pool, each thinking mode and every split point (after each
 generated assistant turn) three checks run:
@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito.errors import TitoError
 from tito.render.base import TemplateRenderer
+from tito.types.errors import TitoError
 
 Message = dict[str, Any]
 Trajectory = tuple[str, list[Message], list[dict[str, Any]] | None]

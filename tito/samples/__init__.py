@@ -1,6 +1,6 @@
-"""Sample assembly and the samples wire codec (DESIGN 6).
+"""Sample assembly and the samples wire codec (design §6).
 
-Pure code, no I/O: :func:`assemble` turns a trajectory's :class:`~tito.session.records.TurnRecord`
+Pure code, no I/O: :func:`assemble` turns a trajectory's :class:`~tito.types.records.TurnRecord`
 list into training :class:`Sample` objects; :func:`encode_samples` / :func:`decode_samples`
 move them across the wire as one safetensors container.
 """

@@ -1,4 +1,4 @@
-"""Assemble a v1 trajectory's records into one training sample (DESIGN 6).
+"""Assemble a v1 trajectory's records into one training sample (design §6).
 
 Steps, each a small pure function:
 
@@ -14,7 +14,7 @@ Steps, each a small pure function:
 5. **build** the sample (mask, logprobs, R3, status, weight versions, lifecycle
    metadata) and verify its invariants.
 
-Deterministic failures raise :class:`tito.errors.AssemblyError` (HTTP 422).
+Deterministic failures raise :class:`tito.types.errors.AssemblyError` (HTTP 422 on the OpenAI API).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tito.errors import AssemblyError
 from tito.samples.routing import has_routed_experts, merge_routed_experts
 from tito.samples.sample import (
     LOGPROBS_DTYPE,
@@ -37,7 +36,8 @@ from tito.samples.sample import (
     sample_problem,
     status_from_finish_reason,
 )
-from tito.session.records import TurnRecord
+from tito.types.errors import AssemblyError
+from tito.types.records import TurnRecord
 
 EmptyReason = Literal["no_records", "all_truncated"]
 Decode = Callable[[list[int]], str]

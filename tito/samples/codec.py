@@ -1,4 +1,4 @@
-"""Wire codec of the samples reply (DESIGN 6, "Wire format").
+"""Wire codec of the samples reply (design §6, "Wire format").
 
 One safetensors container:
 
@@ -244,25 +244,15 @@ def _decode_sample(
     if missing:
         raise CodecError(f"sample {i} meta lacks keys: {missing}")
     nulls = _null_markers(i, entry["nulls"])
-    arrays: dict[str, np.ndarray | None] = {}
-    for spec in TENSOR_FIELDS:
-        if spec.name in nulls:
-            arrays[spec.name] = None
-            continue
-        key = f"{spec.name}.{i}"
-        if key not in tensors:
-            raise CodecError(f"payload lacks promised tensor {key}")
-        arr = tensors[key]
-        if arr.dtype != spec.dtype:
-            raise CodecError(f"{key} must have dtype {spec.dtype}, got {arr.dtype}")
-        referenced.add(key)
-        arrays[spec.name] = arr
+    # Only nullable fields can be absent here: _null_markers rejects the others.
+    arrays = {spec.name: _read_tensor(i, spec, tensors, referenced)
+              for spec in TENSOR_FIELDS if spec.name not in nulls}
     sample = Sample(
         tokens=arrays["tokens"],
         response_length=entry["response_length"],
-        loss_mask=arrays["loss_mask"],
-        rollout_log_probs=arrays["rollout_log_probs"],
-        rollout_routed_experts=arrays["rollout_routed_experts"],
+        loss_mask=arrays.get("loss_mask"),
+        rollout_log_probs=arrays.get("rollout_log_probs"),
+        rollout_routed_experts=arrays.get("rollout_routed_experts"),
         response=entry["response"],
         status=entry["status"],
         weight_versions=entry["weight_versions"],
@@ -275,6 +265,20 @@ def _decode_sample(
     if sample.reward is not None:
         sample.reward = float(sample.reward)
     return sample
+
+
+def _read_tensor(
+    i: int, spec: _TensorField, tensors: dict[str, np.ndarray], referenced: set[str]
+) -> np.ndarray:
+    """Sample ``i``'s tensor of field ``spec``, which the meta promised, marked referenced."""
+    key = f"{spec.name}.{i}"
+    if key not in tensors:
+        raise CodecError(f"payload lacks promised tensor {key}")
+    arr = tensors[key]
+    if arr.dtype != spec.dtype:
+        raise CodecError(f"{key} must have dtype {spec.dtype}, got {arr.dtype}")
+    referenced.add(key)
+    return arr
 
 
 def _null_markers(i: int, nulls: object) -> set[str]:

@@ -1,4 +1,4 @@
-"""Routed experts (R3) of a merged sample (DESIGN 6; reference §7).
+"""Routed experts (R3) of a merged sample (design §6).
 
 Row ``r`` of an R3 tensor is the expert routing of position ``r`` as it was fed to the
 model, so a sequence of ``n`` tokens needs ``n - 1`` rows (the last token is never fed).
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tito.errors import AssemblyError
 from tito.samples.sample import ROUTED_EXPERTS_DTYPE
-from tito.session.records import TurnRecord
+from tito.types.errors import AssemblyError
+from tito.types.records import TurnRecord
 
 
 def has_routed_experts(record: TurnRecord) -> bool:

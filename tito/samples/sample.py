@@ -1,4 +1,4 @@
-"""The training sample a trainer receives (DESIGN 6).
+"""The training sample a trainer receives (design §6).
 
 A :class:`Sample` follows the slime/miles convention: ``tokens`` is the whole sequence
 (first prompt + everything after it) and the per-token training fields (``loss_mask``,
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tito.errors import AssemblyError
+from tito.types.errors import AssemblyError
 
 SampleStatus = Literal["completed", "truncated", "aborted"]
 STATUSES: tuple[str, ...] = ("completed", "truncated", "aborted")
@@ -89,15 +89,31 @@ def sample_problem(sample: Sample) -> str | None:
     Checks ranks, lengths and JSON-side field types; it does not check dtypes (the codec
     converts or rejects those itself). Callers wrap the message in their own error type.
     """
+    for check in (_length_problem, _training_fields_problem, _routed_experts_problem,
+                  _json_fields_problem):
+        problem = check(sample)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _length_problem(sample: Sample) -> str | None:
+    """``tokens`` is 1-D and ``0 <= response_length <= len(tokens)``."""
     tokens = sample.tokens
     if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
         return f"tokens must be a 1-D array, got {_describe(tokens)}"
-    n = len(tokens)
     rl = sample.response_length
     if not _is_int(rl) or rl < 0:
         return f"response_length must be a non-negative int, got {rl!r}"
-    if rl > n:
-        return f"response_length {rl} exceeds len(tokens) {n}"
+    if rl > len(tokens):
+        return f"response_length {rl} exceeds len(tokens) {len(tokens)}"
+    return None
+
+
+def _training_fields_problem(sample: Sample) -> str | None:
+    """``loss_mask`` and ``rollout_log_probs``, when present, are 1-D with
+    ``response_length`` entries (the lengths are already checked)."""
+    rl = sample.response_length
     for name in ("loss_mask", "rollout_log_probs"):
         arr = getattr(sample, name)
         if arr is None:
@@ -106,13 +122,24 @@ def sample_problem(sample: Sample) -> str | None:
             return f"{name} must be a 1-D array, got {_describe(arr)}"
         if len(arr) != rl:
             return f"{name} has {len(arr)} entries but response_length is {rl}"
+    return None
+
+
+def _routed_experts_problem(sample: Sample) -> str | None:
+    """``rollout_routed_experts``, when present, is 3-D with ``len(tokens) - 1`` rows."""
     r3 = sample.rollout_routed_experts
-    if r3 is not None:
-        if not isinstance(r3, np.ndarray) or r3.ndim != 3:
-            return f"rollout_routed_experts must be a 3-D array, got {_describe(r3)}"
-        rows = max(n - 1, 0)
-        if r3.shape[0] != rows:
-            return f"rollout_routed_experts has {r3.shape[0]} rows but len(tokens) - 1 is {rows}"
+    if r3 is None:
+        return None
+    if not isinstance(r3, np.ndarray) or r3.ndim != 3:
+        return f"rollout_routed_experts must be a 3-D array, got {_describe(r3)}"
+    rows = max(len(sample.tokens) - 1, 0)
+    if r3.shape[0] != rows:
+        return f"rollout_routed_experts has {r3.shape[0]} rows but len(tokens) - 1 is {rows}"
+    return None
+
+
+def _json_fields_problem(sample: Sample) -> str | None:
+    """The fields that travel as JSON have JSON types and a known ``status``."""
     if sample.response is not None and not isinstance(sample.response, str):
         return f"response must be a str or null, got {type(sample.response).__name__}"
     if sample.status not in STATUSES:

@@ -1,8 +1,8 @@
-"""The gateway service: sessions + renderer + engine, independent of the HTTP API shape.
+"""The gateway service: sessions + renderer + engine, independent of any API's shape.
 
-The OpenAI route (and later the Anthropic one) converts its request into a
-:class:`tito.session.linear.TurnRequest`, calls :meth:`Gateway.run_turn`, and renders the
-:class:`TurnOutcome` in its own response shape.
+Each API module (:mod:`tito.server.openai`, ...) converts its request into a
+:class:`tito.types.messages.TurnRequest`, calls :meth:`Gateway.run_turn`, and renders the
+:class:`TurnOutcome` in its own response shape (design §3.2: the code map).
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 
 from tito.config import ServerConfig
-from tito.engines.base import Engine, GenerateResult, SamplingParams
-from tito.errors import BadRequest, Conflict, TitoError
-from tito.parse.base import ParsedCompletion
 from tito.render.base import TemplateRenderer
 from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
 from tito.server.metrics import Metrics
-from tito.session.linear import LinearSession, TurnRequest
+from tito.session.linear import LinearSession
 from tito.session.matchers import resolve_matcher
-from tito.session.records import TurnRecord
 from tito.session.store import SessionStore
+from tito.types.engine import Engine, GenerateResult, SamplingParams
+from tito.types.errors import BadRequest, Conflict, TitoError
+from tito.types.messages import ParsedCompletion, TurnRequest
+from tito.types.records import TurnRecord
 
 
 @dataclass(slots=True)
@@ -53,6 +53,10 @@ class Gateway:
 
     def _new_session(self, session_id: str) -> LinearSession:
         return LinearSession(session_id, self.renderer, self.matcher)
+
+    def session(self, session_id: str) -> LinearSession:
+        """The live session ``session_id`` (NotFound otherwise)."""
+        return self.store.get(session_id)
 
     # -- turns ---------------------------------------------------------------------------
     async def _sampling(self, params: SamplingParams, prompt_len: int) -> SamplingParams:

@@ -10,7 +10,7 @@ class Metrics:
         self.counters: Counter[str] = Counter()
         self.errors: Counter[tuple[int, str]] = Counter()
 
-    def inc(self, name: str, value: float = 1) -> None:
+    def inc(self, name: str, value: int = 1) -> None:
         self.counters[name] += value
 
     def error(self, status: int, code: str) -> None:
@@ -23,6 +23,6 @@ class Metrics:
         lines.append("# TYPE tito_errors_total counter")
         for (status, code), value in sorted(self.errors.items()):
             lines.append(f'tito_errors_total{{status="{status}",code="{code}"}} {value}')
-        for name, value in sorted(gauges.items()):
-            lines += [f"# TYPE tito_{name} gauge", f"tito_{name} {value}"]
+        for gauge, level in sorted(gauges.items()):
+            lines += [f"# TYPE tito_{gauge} gauge", f"tito_{gauge} {level}"]
         return "\n".join(lines) + "\n"

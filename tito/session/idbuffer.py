@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tito.session.records import IDS_DTYPE
+from tito.types.records import IDS_DTYPE
 
 
 class IdBuffer:

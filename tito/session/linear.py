@@ -1,4 +1,4 @@
-"""v1 linear sessions (DESIGN 5.1).
+"""v1 linear sessions (design §5.1).
 
 A request must extend the stored messages at the tail. A retry of the latest turn rolls
 back one generated checkpoint (to the empty session when the first turn is retried);
@@ -20,23 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from tito.engines.base import GenerateResult
-from tito.errors import BadRequest, Conflict
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import BUILTIN, Matcher
-from tito.session.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord, snapshot_ids
-
-Message = dict[str, Any]
-
-
-@dataclass(slots=True)
-class TurnRequest:
-    """What a session needs from a chat request."""
-
-    messages: list[Message]
-    tools: list[dict[str, Any]] | None = None
-    template_kwargs: dict[str, Any] | None = None
+from tito.types.engine import GenerateResult
+from tito.types.errors import BadRequest, Conflict
+from tito.types.messages import Message, TurnRequest
+from tito.types.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord, snapshot_ids
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Replay matchers (DESIGN 5.3): is a replayed message the same as the stored one?
+"""Replay matchers (design §5.3): is a replayed message the same as the stored one?
 
 Harnesses re-serialize history (drop ``index`` on tool calls, re-dump arguments, turn
 ``None`` into ``""``). A matcher decides equivalence only; it never repairs a message, and
@@ -15,9 +15,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from tito.errors import BadRequest, TitoError
+from tito.types.errors import ConfigError, ErrorKind, TitoError
+from tito.types.messages import Message
 
-Message = dict[str, Any]
 Matcher = Callable[[Message, Message], bool]
 
 
@@ -90,32 +90,43 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 
 def _call_equal_loose(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two tool calls (``index`` already dropped): equal key by key, the ``function``
+    compared by :func:`_function_equal_loose`."""
     if a.keys() != b.keys():
         return False
     for key in a:
-        if key != "function":
-            if a[key] != b[key]:
+        if key == "function":
+            if not _function_equal_loose(a[key], b[key]):
                 return False
-            continue
-        fa, fb = a["function"] or {}, b["function"] or {}
-        if not isinstance(fa, dict) or not isinstance(fb, dict) or fa.keys() != fb.keys():
+        elif a[key] != b[key]:
             return False
-        for fkey in fa:
-            if fkey != "arguments":
-                if fa[fkey] != fb[fkey]:
-                    return False
-                continue
-            ja, jb = _json_object(fa[fkey]), _json_object(fb[fkey])
-            if ja is _RAW or jb is _RAW:
-                if type(fa[fkey]) is not type(fb[fkey]) or fa[fkey] != fb[fkey]:
-                    return False
-            else:
-                try:
-                    if not _json_equal(ja, jb):
-                        return False
-                except RecursionError:
-                    return False
     return True
+
+
+def _function_equal_loose(fa: Any, fb: Any) -> bool:
+    """Two ``function`` members (None is ``{}``): same keys, equal values, ``arguments``
+    compared by :func:`_arguments_equal_loose`."""
+    fa, fb = fa or {}, fb or {}
+    if not isinstance(fa, dict) or not isinstance(fb, dict) or fa.keys() != fb.keys():
+        return False
+    for key in fa:
+        if key == "arguments":
+            if not _arguments_equal_loose(fa[key], fb[key]):
+                return False
+        elif fa[key] != fb[key]:
+            return False
+    return True
+
+
+def _arguments_equal_loose(a: Any, b: Any) -> bool:
+    """Equal as JSON objects; when either is not one, equal as raw values of the same type."""
+    ja, jb = _json_object(a), _json_object(b)
+    if ja is _RAW or jb is _RAW:
+        return type(a) is type(b) and a == b
+    try:
+        return _json_equal(ja, jb)
+    except RecursionError:
+        return False
 
 
 def loose_tool_call(stored: Message, replayed: Message) -> bool:
@@ -148,7 +159,7 @@ BUILTIN: dict[str, Matcher] = {
 class MatcherError(TitoError):
     """A user matcher raised or returned a non-bool (a server-side configuration bug)."""
 
-    status = 500
+    kind = ErrorKind.INTERNAL
     code = "matcher_failed"
 
 
@@ -181,13 +192,13 @@ def resolve_matcher(spec: str) -> Matcher:
     elif "." in spec:
         module_name, _, attr = spec.rpartition(".")
     else:
-        raise BadRequest(
+        raise ConfigError(
             f"unknown message matcher {spec!r}; use one of {sorted(BUILTIN)} or a dotted path"
         )
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise BadRequest(f"cannot load message matcher {spec!r}: {exc}") from exc
+        raise ConfigError(f"cannot load message matcher {spec!r}: {exc}") from exc
     if inspect.iscoroutinefunction(fn) or not callable(fn):
-        raise BadRequest(f"message matcher {spec!r} must be a plain (not async) function")
+        raise ConfigError(f"message matcher {spec!r} must be a plain (not async) function")
     return _checked(spec, fn)

@@ -6,8 +6,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tito.errors import NotFound, OverCapacity
 from tito.session.linear import LinearSession
+from tito.types.errors import NotFound, OverCapacity
 
 
 class SessionStore:

@@ -12,9 +12,9 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from tito.errors import BadRequest
 from tito.render.base import TemplateRenderer
-from tito.render.tokenizer import Tokenizer
+from tito.types.errors import ConfigError
+from tito.types.tokenizer import Tokenizer
 
 # family name -> module under tito.render.families exposing ``build(tokenizer, template)``
 FAMILIES: dict[str, str] = {
@@ -40,7 +40,7 @@ FAMILIES: dict[str, str] = {
 }
 ALIASES = {"smollm2": "chatml", "qwennext": "qwen3_thinking", "deepseekv32": "deepseek_v32",
            "deepseekv4": "deepseek_v4"}
-"""Alternative names (DESIGN 4.3 spells some families without the underscore)."""
+"""Alternative names (design §4.3 spells some families without the underscore)."""
 
 STANDIN = "standin"
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -52,7 +52,7 @@ def bundled_template(name: str) -> str:
 
 def family_module(family: str) -> ModuleType:
     if family not in FAMILIES:
-        raise BadRequest(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+        raise ConfigError(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     return importlib.import_module(f"tito.render.families.{FAMILIES[family]}")
 
 
@@ -63,7 +63,7 @@ def standin_for(family: str) -> Tokenizer:
     module = family_module(family)
     specials = getattr(module, "STANDIN", None)
     if specials is None:
-        raise BadRequest(f"family {family!r} has a real tokenizer; it has no stand-in")
+        raise ConfigError(f"family {family!r} has a real tokenizer; it has no stand-in")
     return standin_tokenizer(FAMILIES[family], specials, module.STANDIN_EOS)
 
 
@@ -74,7 +74,7 @@ def build_renderer(
     ``"standin"`` for a family's documented stand-in)."""
     module = family_module(family)
     if chat_template is not None and family != "default":
-        raise BadRequest(
+        raise ConfigError(
             f"--chat-template is only allowed with family 'default' (family {family!r} "
             "brings its own append-only template)"
         )

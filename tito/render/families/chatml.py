@@ -11,7 +11,7 @@ from __future__ import annotations
 from tito.parse.hermes import HermesParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:

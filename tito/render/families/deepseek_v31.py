@@ -15,7 +15,7 @@ from __future__ import annotations
 from tito.parse.deepseek import DeepSeekV31Parser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = "deepseek-v3.1"
 EOS = "<｜end▁of▁sentence｜>"

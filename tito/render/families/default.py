@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tito.parse.hermes import HermesParser
 from tito.render.base import FamilySpec, TemplateRenderer
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:

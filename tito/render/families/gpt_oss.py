@@ -17,7 +17,7 @@ from typing import Any
 from tito.parse.harmony import HarmonyParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = "gpt-oss"
 STOPS = ("<|return|>", "<|call|>")

@@ -17,7 +17,7 @@ from typing import Any
 from tito.parse.kimi import KimiParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
 STOPS = ("<|im_end|>",)
@@ -58,7 +58,8 @@ class KimiRenderer(TemplateRenderer):
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
     specials = tuple(sorted(
-        t for i in tokenizer.special_ids if (t := tokenizer.id_to_token(i)) != "<|im_middle|>"))
+        t for i in tokenizer.special_ids
+        if (t := tokenizer.id_to_token(i)) is not None and t != "<|im_middle|>"))
     spec = FamilySpec(
         name="kimi_k2",
         template=template or bundled_template("kimi_k2.jinja"),

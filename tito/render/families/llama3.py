@@ -13,7 +13,7 @@ from __future__ import annotations
 from tito.parse.llama3 import Llama3JsonParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = "llama-3.1"
 

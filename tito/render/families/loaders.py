@@ -21,14 +21,15 @@ import base64
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 import tokenizers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
-from tito.errors import BadRequest
-from tito.render.tokenizer import Tokenizer, load_tokenizer
+from tito.types.errors import ConfigError
+from tito.types.tokenizer import Tokenizer, load_tokenizer
 
 TEKKEN_SPECIALS = (
     "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -70,20 +71,21 @@ def _bpe_from_ranks(ranks: dict[bytes, int], pattern: str, specials: list[tuple[
     merges.sort()
     bpe = models.BPE(vocab, [(m[3], m[4]) for m in merges], fuse_unk=False,
                      byte_fallback=False, ignore_merges=True)
-    tok = tokenizers.Tokenizer(bpe)
+    backend = tokenizers.Tokenizer(bpe)
     if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
-    tok.decoder = decoders.ByteLevel()
+    backend.decoder = decoders.ByteLevel()
     specials = sorted(specials)
     for idx, content in specials:
-        if tok.get_vocab_size(with_added_tokens=True) != idx:
-            raise BadRequest(f"special token {content!r} would not get id {idx}")
-        tok.add_special_tokens([tokenizers.AddedToken(content, special=True, normalized=False)])
-    return tok
+        if backend.get_vocab_size(with_added_tokens=True) != idx:
+            raise ConfigError(f"special token {content!r} would not get id {idx}")
+        backend.add_special_tokens(
+            [tokenizers.AddedToken(content, special=True, normalized=False)])
+    return backend
 
 
 def _cache_path(source: Path, kind: str) -> Path:
@@ -94,11 +96,12 @@ def _cache_path(source: Path, kind: str) -> Path:
     return root / "tokenizers" / f"{kind}-{key}.json"
 
 
-def _cached(source: Path, kind: str, build: object) -> tokenizers.Tokenizer:
+def _cached(source: Path, kind: str,
+            build: Callable[[], tokenizers.Tokenizer]) -> tokenizers.Tokenizer:
     path = _cache_path(source, kind)
     if path.is_file():
         return tokenizers.Tokenizer.from_file(str(path))
-    tok = build()  # type: ignore[operator]
+    tok = build()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -170,17 +173,17 @@ def _bpe_from_ranks_offset(ranks: dict[bytes, int], pattern: str,
             if lr is not None and rr is not None:
                 merges.append((rank, lr, rr, text(tok[:i]), text(tok[i:])))
     merges.sort()
-    tok = tokenizers.Tokenizer(models.BPE(vocab, [(m[3], m[4]) for m in merges],
-                                          fuse_unk=False, byte_fallback=False,
-                                          ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    backend = tokenizers.Tokenizer(models.BPE(vocab, [(m[3], m[4]) for m in merges],
+                                              fuse_unk=False, byte_fallback=False,
+                                              ignore_merges=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([tokenizers.AddedToken(n, special=True, normalized=False)
-                            for n in names])
-    return tok
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([tokenizers.AddedToken(n, special=True, normalized=False)
+                                for n in names])
+    return backend
 
 
 # -- stand-ins ----------------------------------------------------------------------------

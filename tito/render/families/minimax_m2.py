@@ -14,7 +14,7 @@ from __future__ import annotations
 from tito.parse.minimax import MiniMaxParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
 STOPS = ("[e~[",)

@@ -20,7 +20,7 @@ from typing import Any
 from tito.parse.mistral import MistralParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = "mistral"
 _VALID = re.compile(r"^[A-Za-z0-9]{9}$")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tito.parse.xml_coder import XmlCoderParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
-from tito.render.tokenizer import Tokenizer
+from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
 STOPS = ("<|im_end|>",)

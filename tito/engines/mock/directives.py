@@ -58,36 +58,50 @@ class Script:
         return not (self.calls or self.say or self.think or self.long is not None)
 
 
+def _call_directive(rest: str) -> tuple[str, str] | None:
+    """(name, arguments text) of a ``CALL`` line; None without a name."""
+    name, _, args = rest.partition(" ")
+    if not name:
+        return None
+    args = args.strip() or "{}"
+    try:
+        args = json.dumps(json.loads(args), ensure_ascii=False)
+    except ValueError:
+        pass  # rendered verbatim: a malformed call on purpose
+    return name, args
+
+
+def _long_directive(rest: str) -> int | None:
+    """The token count of a ``LONG`` line; None when it is not a count >= 0."""
+    try:
+        n = int(rest)
+    except ValueError:
+        return None
+    return n if n >= 0 else None
+
+
+def _apply_directive(script: Script, keyword: str, rest: str) -> None:
+    if keyword == "CALL":
+        call = _call_directive(rest)
+        if call is not None:
+            script.calls.append(call)
+    elif keyword == "SAY":
+        script.say.append(rest)
+    elif keyword == "THINK":
+        script.think.append(rest)
+    elif keyword == "LONG":
+        n = _long_directive(rest)
+        if n is not None:
+            script.long = n
+
+
 def parse_directives(text: str) -> Script:
     """The directives in ``text`` (one per line; unknown lines are ignored)."""
     script = Script()
     for raw in text.splitlines():
-        line = raw.strip()
-        keyword, _, rest = line.partition(" ")
-        if keyword not in KEYWORDS:
-            continue
-        rest = rest.strip()
-        if keyword == "CALL":
-            name, _, args = rest.partition(" ")
-            if not name:
-                continue
-            args = args.strip() or "{}"
-            try:
-                args = json.dumps(json.loads(args), ensure_ascii=False)
-            except ValueError:
-                pass  # rendered verbatim: a malformed call on purpose
-            script.calls.append((name, args))
-        elif keyword == "SAY":
-            script.say.append(rest)
-        elif keyword == "THINK":
-            script.think.append(rest)
-        elif keyword == "LONG":
-            try:
-                n = int(rest)
-            except ValueError:
-                continue
-            if n >= 0:
-                script.long = n
+        keyword, _, rest = raw.strip().partition(" ")
+        if keyword in KEYWORDS:
+            _apply_directive(script, keyword, rest.strip())
     return script
 
 
@@ -305,19 +319,34 @@ class MockModel:
         if not ignore_eos:
             stops |= self.stop_ids
         limit = max_new_tokens if long_limit is None else min(long_limit, max_new_tokens)
-        regexes = [re.compile(r) for r in stop_regex]
+        out, finish = self._emit(
+            wanted, limit, stops, min_new_tokens, stop, [re.compile(r) for r in stop_regex])
+        if finish is None:
+            finish = {"type": "length", "length": limit}
+        logprobs = [token_logprob(digest, i) for i in range(len(out))]
+        return Plan(out, logprobs, finish, self.variants[vi], message)
 
-        def source() -> Iterator[int]:
-            yield from wanted
-            k = 0
-            while True:  # the model keeps talking (ignore_eos, or a masked stop)
-                yield self.filler(k)
-                k += 1
+    def _source(self, wanted: list[int]) -> Iterator[int]:
+        """The ids the model wants, then filler forever (ignore_eos, or a masked stop)."""
+        yield from wanted
+        k = 0
+        while True:
+            yield self.filler(k)
+            k += 1
 
-        src = source()
+    def _emit(
+        self,
+        wanted: list[int],
+        limit: int,
+        stops: set[int],
+        min_new_tokens: int,
+        stop: Sequence[str],
+        regexes: list[re.Pattern[str]],
+    ) -> tuple[list[int], dict[str, Any] | None]:
+        """Output ids up to ``limit`` and the stop finish reason (None: not stopped)."""
+        src = self._source(wanted)
         extra = 0
         out: list[int] = []
-        finish: dict[str, Any] | None = None
         pending: int | None = None
         while len(out) < limit:
             if pending is not None:
@@ -330,21 +359,23 @@ class MockModel:
                 extra += 1
             out.append(tok)
             if tok in stops:
-                finish = {"type": "stop", "matched": tok}
-                break
-            if stop or regexes:
-                text = self.tokenizer.decode(out)
-                matched: str | None = next((s for s in stop if s and s in text), None)
-                if matched is None:
-                    for rx in regexes:
-                        m = rx.search(text)
-                        if m:
-                            matched = m.group(0)
-                            break
-                if matched is not None:
-                    finish = {"type": "stop", "matched": matched}
-                    break
-        if finish is None:
-            finish = {"type": "length", "length": limit}
-        logprobs = [token_logprob(digest, i) for i in range(len(out))]
-        return Plan(out, logprobs, finish, self.variants[vi], message)
+                return out, {"type": "stop", "matched": tok}
+            matched = self._stop_text(out, stop, regexes)
+            if matched is not None:
+                return out, {"type": "stop", "matched": matched}
+        return out, None
+
+    def _stop_text(self, out: list[int], stop: Sequence[str],
+                   regexes: list[re.Pattern[str]]) -> str | None:
+        """The stop string or regex match the decoded output contains, if any."""
+        if not (stop or regexes):
+            return None
+        text = self.tokenizer.decode(out)
+        matched: str | None = next((s for s in stop if s and s in text), None)
+        if matched is not None:
+            return matched
+        for rx in regexes:
+            m = rx.search(text)
+            if m:
+                return m.group(0)
+        return None

@@ -11,8 +11,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from tito.errors import TitoError
 from tito.render.verify import VerifyReport, verify_renderer
+from tito.types.errors import TitoError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +63,8 @@ def print_report(report: VerifyReport, *, verbose: bool) -> None:
             style = "green" if ok == total else "red"
             table.add_row(traj, variant, check, f"[{style}]{ratio}[/{style}]", detail)
     console.print(table)
-    for check, (ok, total) in sorted(report.checks().items()):
-        console.print(f"  {check}: {ok}/{total}")
+    for check, (passed, cases) in sorted(report.checks().items()):
+        console.print(f"  {check}: {passed}/{cases}")
     console.print(f"  roles exercised: {', '.join(sorted(report.roles_exercised)) or '-'}; "
                   f"modes: {', '.join(report.variants) or '-'}")
     verdict = "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]"

@@ -1,4 +1,4 @@
-"""What the gateway stores per generated turn (DESIGN 5.4).
+"""What the gateway stores per generated turn (design §5.4).
 
 A record keeps only what sample assembly needs: the *bridge* ids that were appended
 to the previous checkpoint (not a copy of the whole history), the exact output ids

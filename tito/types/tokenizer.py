@@ -20,7 +20,7 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
-from tito.errors import BadRequest
+from tito.types.errors import ConfigError
 
 
 @dataclass
@@ -114,7 +114,7 @@ def load_tokenizer(path: str | Path, *, chat_template: str | Path | None = None)
     """Load the tokenizer (and chat template) in ``path``; ``chat_template`` overrides it."""
     folder = Path(path)
     if not folder.is_dir():
-        raise BadRequest(f"tokenizer folder {str(folder)!r} does not exist")
+        raise ConfigError(f"tokenizer folder {str(folder)!r} does not exist")
     config: dict = {}
     if (folder / "tokenizer_config.json").is_file():
         config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -124,7 +124,7 @@ def load_tokenizer(path: str | Path, *, chat_template: str | Path | None = None)
     elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
         backend, eos = _rebuild_bpe(folder)
     else:
-        raise BadRequest(
+        raise ConfigError(
             f"no tokenizer in {str(folder)!r}: expected tokenizer.json or vocab.json + merges.txt"
         )
     template = _read_template(folder, config)

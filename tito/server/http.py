@@ -1,4 +1,4 @@
-"""Error responses in the API's own shape, and reading request bodies safely."""
+"""HTTP plumbing shared by every API module: JSON responses, bounded request bodies."""
 
 from __future__ import annotations
 
@@ -8,18 +8,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.errors import BadRequest, PayloadTooLarge, TitoError
+from tito.types.errors import BadRequest, PayloadTooLarge
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
                     media_type="application/json", headers=headers)
-
-
-def openai_error(exc: TitoError) -> Response:
-    """OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``."""
-    body = {"error": {"message": exc.message, "type": exc.type, "code": exc.code, "param": None}}
-    return json_response(body, status=exc.status)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

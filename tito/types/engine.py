@@ -1,4 +1,4 @@
-"""The engine protocol: token ids in, token ids (and their logprobs) out.
+"""The engine contract: token ids in, token ids (and their logprobs) out (design §8).
 
 Every engine (SGLang, vLLM, the embedded CPU engine, the mock) implements :class:`Engine`.
 The gateway never sends text to an engine and never trusts engine text: ``output_ids``
@@ -11,8 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+import numpy as np
+
+from tito.types.errors import EngineError
+
 FinishReason = Literal["stop", "length", "abort"]
 PauseMode = Literal["retract", "abort", "in_place"]
+TokenIds = Sequence[int] | np.ndarray
+"""Token ids as a list or an int32/int64 numpy array (the gateway sends arrays)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +55,6 @@ class GenerateResult:
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.logprobs):
-            from tito.errors import EngineError
-
             raise EngineError(
                 f"engine returned {len(self.output_ids)} output ids but "
                 f"{len(self.logprobs)} logprobs"
@@ -65,14 +69,14 @@ class Engine(Protocol):
 
     async def generate(
         self,
-        input_ids: Sequence[int],
+        input_ids: TokenIds,
         params: SamplingParams,
         rid: str,
         *,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
     ) -> GenerateResult:
-        """Generate one completion for ``input_ids``; raise :class:`tito.errors.EngineError`."""
+        """Generate one completion for ``input_ids``; raise :class:`EngineError` on failure."""
         ...
 
     async def abort(self, rid: str) -> None:

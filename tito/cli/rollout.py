@@ -6,7 +6,7 @@ calculator agent (:mod:`tito.examples.calculator_agent`) over the bundled
 ``arithmetic.jsonl`` and writes ``samples.parquet`` + ``summary.json`` to ``./rollout_out``
 (:mod:`tito.client.writers`). ``--engine mock`` spawns ``tito mock-engine`` as a child
 process, ``--engine sglang`` uses a running server at ``--engine-url``; the gateway is
-in-process either way.
+in-process either way, started by the stack builder (:mod:`tito.stack`).
 
 Exit codes: 0 every trajectory finished with no TITO violation and no strict mismatch;
 1 the run finished but something failed (an agent error, a violation, a mismatch) or the
@@ -18,16 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import re
 import signal
-import socket
 import sys
 import time
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +50,12 @@ from tito.client.rollout import (
     resolve_agent,
     summarize,
 )
+from tito.config import ENGINES, ServerConfig
 from tito.examples import ARITHMETIC_DATA, DEMO_AGENT
+from tito.stack import EMBEDDED_FAMILY, Stack, default_family, start_stack
+from tito.types.errors import ConfigError
 
-ENGINES = ("embedded", "sglang", "mock")
-EMBEDDED_FAMILY = "chatml"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-_LISTEN = re.compile(r"listening on (http://\S+)")
 
 
 def _positive_int(text: str) -> int:
@@ -125,189 +119,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # -- the engine + gateway stack ------------------------------------------------------------
-class _InProcessServer:
-    """uvicorn serving the gateway app in this event loop, without its signal handlers
-    (``tito rollout`` handles Ctrl-C itself)."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
-            def install_signal_handlers(self) -> None:  # older uvicorn
-                pass
-
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=5)
-        self.server = Server(config)
-        self.sock = socket.socket(socket.AF_INET)
-        self.sock.bind(("127.0.0.1", 0))
-        host, port = self.sock.getsockname()[:2]
-        self.url = f"http://{host}:{port}"
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()
-                raise RuntimeError("the gateway stopped during startup")
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.server.should_exit = True
-            with contextlib.suppress(Exception):
-                await self.task
-        self.sock.close()
-
-
-@dataclass
-class _Child:
-    """A ``tito mock-engine`` child process and the last lines it printed."""
-
-    process: asyncio.subprocess.Process
-    url: str
-    lines: deque[str] = field(default_factory=lambda: deque(maxlen=40))
-    drain: asyncio.Task[None] | None = None
-
-    async def stop(self) -> None:
-        if self.process.returncode is None:
-            self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), 10)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
-        if self.drain is not None:
-            self.drain.cancel()
-
-
-async def _spawn_mock(tokenizer: str, family: str, timeout: float = 60.0) -> _Child:
-    """Start ``tito mock-engine`` in its own process group (Ctrl-C is ours to relay)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tito.cli", "mock-engine", "--tokenizer", tokenizer,
-        "--family", family, "--host", "127.0.0.1", "--port", "0",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert process.stdout is not None
-    lines: deque[str] = deque(maxlen=40)
-
-    async def wait_url() -> str:
-        assert process.stdout is not None
-        async for raw in process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            lines.append(line)
-            if m := _LISTEN.search(line):
-                return m.group(1)
-        raise RuntimeError("mock engine exited before listening:\n" + "\n".join(lines))
-
-    try:
-        url = await asyncio.wait_for(wait_url(), timeout)
-    except BaseException:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        raise
-    child = _Child(process, url, lines)
-
-    async def drain() -> None:
-        assert process.stdout is not None
-        async for raw in process.stdout:
-            child.lines.append(raw.decode(errors="replace").rstrip())
-
-    child.drain = asyncio.create_task(drain())
-    return child
-
-
-@dataclass
-class Stack:
-    """The engine (maybe a child process) and the in-process gateway."""
-
-    gateway_url: str
-    description: str
-    server: _InProcessServer
-    child: _Child | None = None
-
-    async def close(self) -> None:
-        await self.server.stop()  # its lifespan closes the engine client
-        if self.child is not None:
-            await self.child.stop()
-
-
-def _check_args(args: argparse.Namespace) -> None:
-    """Flag combinations, checked before anything starts (RolloutInputError: exit 2)."""
+def _check_args(args: argparse.Namespace) -> ServerConfig:
+    """Flag combinations, checked before anything starts (ConfigError: exit 2)."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise RolloutInputError(f"--out {args.out!r} exists and is not a folder")
-    if args.engine == "embedded":
-        if args.tokenizer is not None:
-            raise RolloutInputError("--tokenizer is not used with --engine embedded (the "
-                                    "embedded model brings its own tokenizer)")
-        if args.engine_url is not None:
-            raise RolloutInputError("--engine-url is only used with --engine sglang")
-        return
-    if args.engine == "sglang" and not args.engine_url:
-        raise RolloutInputError("--engine sglang needs --engine-url")
-    if args.engine == "mock" and args.engine_url is not None:
-        raise RolloutInputError("--engine-url is only used with --engine sglang")
-    if args.tokenizer is None:
-        raise RolloutInputError(f"--engine {args.engine} needs --tokenizer DIR")
-    if not Path(args.tokenizer).is_dir():
-        raise RolloutInputError(f"--tokenizer {args.tokenizer!r}: no such folder")
-
-
-async def start_stack(args: argparse.Namespace, console: Console) -> Stack:
-    """Start the engine and serve the gateway on ``127.0.0.1:<free port>``."""
-    from tito.config import ServerConfig
-    from tito.engines.base import Engine
-    from tito.render import build_renderer
-    from tito.server.app import create_app
-    from tito.server.main import build_gateway
-
-    child: _Child | None = None
-    engine: Engine | None = None
-    try:
-        if args.engine == "embedded":
-            from tito.engines.embedded import EmbeddedEngine  # torch: imported only here
-
-            family = args.family or EMBEDDED_FAMILY
-            with console.status("loading the embedded model (SmolLM2-135M-Instruct)..."):
-                embedded = await EmbeddedEngine.create()
-            engine = embedded
-            renderer = build_renderer(family, embedded.tokenizer)
-            tokenizer, engine_url, description = "", None, "embedded SmolLM2-135M"
-        else:
-            from tito.engines.sglang import SGLangEngine
-
-            family = args.family or "default"
-            if args.engine == "mock":
-                child = await _spawn_mock(args.tokenizer, family)
-                engine_url, description = child.url, f"mock engine at {child.url}"
-            else:
-                engine_url, description = args.engine_url, f"sglang at {args.engine_url}"
-            engine = SGLangEngine(engine_url)
-            renderer = build_renderer(family, args.tokenizer)
-            tokenizer = args.tokenizer
-        config = ServerConfig(tokenizer=tokenizer, family=family,
-                              engine="embedded" if args.engine == "embedded" else "sglang",
-                              engine_url=engine_url, host="127.0.0.1", port=0,
-                              max_seq_len=args.max_seq_len)
-        gateway = build_gateway(config, renderer=renderer, engine=engine)
-        server = _InProcessServer(create_app(gateway))
-        await server.start()
-    except BaseException:
-        if engine is not None:  # not yet owned by a running gateway (its lifespan closes it)
-            with contextlib.suppress(Exception):
-                await engine.close()
-        if child is not None:
-            await child.stop()
-        raise
-    return Stack(server.url, f"{description}, family {family}", server, child)
+        raise ConfigError(f"--out {args.out!r} exists and is not a folder")
+    if args.engine != "embedded" and args.tokenizer is None:
+        raise ConfigError(f"--engine {args.engine} needs --tokenizer DIR")
+    if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
+        raise ConfigError(f"--tokenizer {args.tokenizer!r}: no such folder")
+    config = ServerConfig(tokenizer=args.tokenizer or "",
+                          family=args.family or default_family(args.engine),
+                          engine=args.engine, engine_url=args.engine_url, host="127.0.0.1",
+                          port=0, max_seq_len=args.max_seq_len, log_level="warning")
+    config.validate()
+    return config
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -383,8 +209,9 @@ class _Interrupts:
             self.main.cancel()
 
 
-async def _run_async(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
-                     prompts: list[PromptItem], settings: RolloutSettings) -> int:
+async def _run_async(args: argparse.Namespace, config: ServerConfig, agent: AgentFn,
+                     abort: AbortFn | None, prompts: list[PromptItem],
+                     settings: RolloutSettings) -> int:
     err = Console(stderr=True)
     out = Console()
     loop = asyncio.get_running_loop()
@@ -397,7 +224,8 @@ async def _run_async(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | 
     started = time.monotonic()
     try:
         try:
-            stack = await start_stack(args, err)
+            with err.status(f"starting the {config.engine} engine and the gateway..."):
+                stack = await start_stack(config)
         except asyncio.CancelledError:
             err.print("tito rollout: interrupted before the run started; nothing written")
             return EXIT_INTERRUPTED
@@ -437,11 +265,11 @@ async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None
         progress.update(task, advance=1,
                         status=f"{generated} tok" + (f", {failed} failed" if failed else ""))
 
-    driver = RolloutDriver(stack.gateway_url, agent, prompts, settings, abort_hook=abort,
+    driver = RolloutDriver(stack.url, agent, prompts, settings, abort_hook=abort,
                            on_result=on_result)
     interrupts.driver = driver
     err.print(f"tito rollout: {driver.total} trajectories, {stack.description}, "
-              f"gateway {stack.gateway_url}", markup=False, highlight=False, soft_wrap=True)
+              f"gateway {stack.url}", markup=False, highlight=False, soft_wrap=True)
     with progress:
         task = progress.add_task("rollout", total=driver.total, status="")
         return await driver.run()
@@ -481,30 +309,19 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        _check_args(args)
+        config = _check_args(args)
         settings = settings_from_args(args)
         agent, abort = resolve_agent(args.agent)
         prompts = load_prompts(args.data, limit=args.limit)
-    except (RolloutInputError, ValueError) as exc:
+    except (ConfigError, RolloutInputError, ValueError) as exc:
         print(f"tito rollout: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("tito rollout: interrupted; nothing written", file=sys.stderr)
         return EXIT_INTERRUPTED
     try:
-        return asyncio.run(_run_async(args, agent, abort, prompts, settings))
+        return asyncio.run(_run_async(args, config, agent, abort, prompts, settings))
     except KeyboardInterrupt:  # before the handlers were installed, or after removal
         print("tito rollout: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tito.client.rollout_cli``: ``tito rollout`` without the ``tito`` front end."""
-    parser = argparse.ArgumentParser(prog="tito rollout", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

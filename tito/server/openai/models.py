@@ -1,9 +1,10 @@
-"""Request validation for the OpenAI Chat Completions route (pydantic v2).
+"""The OpenAI Chat Completions wire: request and response models (pydantic v2).
 
-Validation only: the session keeps the client's message dicts as sent, so replay
-matching compares what the client really sends. Unknown top-level fields are accepted
-and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
-``logprobs``) are ignored on purpose.
+Requests are validated only: the session keeps the client's message dicts as sent, so
+replay matching compares what the client really sends. Unknown top-level fields are
+accepted and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
+``logprobs``) are ignored on purpose. Responses are built by
+:mod:`tito.server.openai.serving` and serialized with ``model_dump_json``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from tito.engines.base import SamplingParams
-from tito.errors import BadRequest
+from tito.types.errors import BadRequest
 
 
 class _Open(BaseModel):
@@ -117,24 +117,6 @@ class ChatCompletionRequest(_Open):
             raise ValueError("at most 32 stop strings")
         return value
 
-    def sampling(self, *, default_max_tokens: int) -> SamplingParams:
-        max_tokens = self.max_completion_tokens or self.max_tokens or self.max_new_tokens
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        return SamplingParams(
-            max_new_tokens=max_tokens or default_max_tokens,
-            temperature=1.0 if self.temperature is None else self.temperature,
-            top_p=1.0 if self.top_p is None else self.top_p,
-            top_k=-1 if self.top_k is None else self.top_k,
-            min_p=self.min_p or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
-            presence_penalty=self.presence_penalty or 0.0,
-            repetition_penalty=1.0 if self.repetition_penalty is None else
-            self.repetition_penalty,
-            stop=stop,
-            stop_token_ids=tuple(self.stop_token_ids or ()),
-            seed=self.seed,
-        )
-
 
 def describe_validation_error(exc: ValidationError) -> str:
     """One readable line per problem: ``messages.2.role: Input should be ...``."""
@@ -151,7 +133,7 @@ def describe_validation_error(exc: ValidationError) -> str:
 class _Envelope(ChatCompletionRequest):
     """The request with its messages left unvalidated (they are checked one by one)."""
 
-    messages: list[Any] = Field(min_length=1)  # type: ignore[assignment]
+    messages: list[Any] = Field(min_length=1)
 
 
 _MESSAGE = TypeAdapter(ChatMessage)
@@ -186,11 +168,105 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None
         raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from exc
 
 
-def session_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The client's messages as sent, with ``developer`` read as ``system``."""
-    out = []
-    for message in data["messages"]:
-        if message.get("role") == "developer":
-            message = {**message, "role": "system"}
-        out.append(message)
-    return out
+# -- responses ---------------------------------------------------------------------------
+def _absent_if_none(value: object) -> bool:
+    return value is None
+
+
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+    """JSON text, as OpenAI sends it."""
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: str | None = Field(default=None, exclude_if=_absent_if_none)
+    tool_calls: list[ToolCallOut] | None = Field(default=None, exclude_if=_absent_if_none)
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: str
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class ToolCallDelta(ToolCallOut):
+    index: int
+
+
+class ChoiceDelta(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: str | None = Field(default=None, exclude_if=_absent_if_none)
+    tool_calls: list[ToolCallDelta] | None = Field(default=None, exclude_if=_absent_if_none)
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChoiceDelta
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = Field(default=None, exclude_if=_absent_if_none)
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tito"
+    max_model_len: int | None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str
+    param: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """OpenAI's error envelope: ``{"error": {"message", "type", "code", "param"}}``."""
+
+    error: ErrorDetail

@@ -1,7 +1,8 @@
-"""The ``tito`` command line: ``serve``, ``mock-engine`` (and later ``rollout``, ...).
+"""The ``tito`` command line: ``serve``, ``rollout``, ``mock-engine``, ``verify-template``.
 
-Each subcommand's flags are declared by the module that implements it, through an
-``add_arguments(parser)`` / ``run(args)`` pair, so ``tito X --help`` documents every flag.
+One module per subcommand in this package, each with an ``add_arguments(parser)`` /
+``run(args) -> exit status`` pair, so ``tito X --help`` documents every flag. This is the
+top layer (design §3): it may import anything; nothing imports it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import sys
 
 # name -> (module implementing add_arguments/run, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("tito.server.main", "run the TITO gateway HTTP server"),
-    "mock-engine": ("tito.engines.mock", "run an SGLang-compatible scriptable mock engine"),
-    "verify-template": ("tito.render.verify_cli",
+    "serve": ("tito.cli.serve", "run the TITO gateway HTTP server"),
+    "mock-engine": ("tito.cli.mock_engine", "run an SGLang-compatible scriptable mock engine"),
+    "verify-template": ("tito.cli.verify_template",
                         "verify a family's append-only rendering and parsing on a tokenizer"),
-    "rollout": ("tito.client.rollout_cli",
+    "rollout": ("tito.cli.rollout",
                 "run an agent over a dataset through the gateway and write training samples"),
 }
 
@@ -48,7 +49,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = args._module.run(args)
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,22 +1,17 @@
-"""``tito serve``: build the renderer, the engine client and the app, then run uvicorn."""
+"""``tito serve``: the gateway's flags; the stack builder (:mod:`tito.stack`) does the rest."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
 from tito.config import ServerConfig
-from tito.engines.base import Engine
-from tito.errors import TitoError
-from tito.render import FAMILIES, build_renderer
-from tito.render.base import TemplateRenderer
-from tito.render.verify import verify_renderer
-from tito.server.app import create_app
-from tito.server.gateway import Gateway
+from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
-
-log = logging.getLogger("tito.serve")
+from tito.stack import default_family, start_stack
+from tito.types.errors import TitoError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,13 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model name reported in responses (default tito-<family>)")
     p.add_argument("--strict-template", action="store_true",
                    help="refuse to start when the append-only self-check fails")
+    p.add_argument("--access-log", action="store_true",
+                   help="log one line per HTTP request (method, path, status)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"], help="log verbosity")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = args.engine or ("sglang" if args.engine_url else "embedded")
-    family = args.family or ("chatml" if engine == "embedded" else "default")
+    family = args.family or default_family(engine)
     return ServerConfig(
         tokenizer=args.tokenizer or "", family=family, engine=engine,
         engine_url=args.engine_url, chat_template=args.chat_template, host=args.host,
@@ -73,57 +70,27 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,
         session_ttl=args.session_ttl, max_body_bytes=args.max_body_bytes,
         engine_timeout=args.engine_timeout, served_model_name=args.served_model_name,
-        strict_template=args.strict_template,
+        strict_template=args.strict_template, access_log=args.access_log,
+        log_level=args.log_level,
     )
 
 
-def build_engine(config: ServerConfig) -> Engine:
-    if config.engine == "embedded":
-        from tito.engines.embedded import EmbeddedEngine  # imports torch: only here
-
-        return EmbeddedEngine()
-    from tito.engines.sglang import SGLangEngine
-
-    assert config.engine_url is not None
-    return SGLangEngine(config.engine_url, timeout=config.engine_timeout)
-
-
-def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = None,
-                  engine: Engine | None = None) -> Gateway:
-    config.validate()
-    if engine is None:
-        engine = build_engine(config)
-    if renderer is None:
-        tokenizer = getattr(engine, "tokenizer", None) if config.engine == "embedded" \
-            else config.tokenizer
-        renderer = build_renderer(config.family, tokenizer,
-                                  chat_template=config.chat_template)
-    report = verify_renderer(renderer).summary()
-    if not report["passed"]:
-        message = (f"family {config.family!r} failed the append-only self-check: "
-                   f"{report['first_failure']}")
-        if config.strict_template:
-            raise TitoError(message, code="template_not_append_only")
-        log.warning("%s (serving anyway; --strict-template refuses)", message)
-    return Gateway(config, renderer, engine, self_check=report)
-
-
 def run(args: argparse.Namespace) -> int:
-    from tito.net import bind_tcp, serve_forever
-
+    """``tito serve``: exit 2 on a configuration error, else serve until a signal."""
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        gateway = build_gateway(config_from_args(args))
-    except TitoError as exc:
+        return asyncio.run(serve(config_from_args(args)))
+    except TitoError as exc:  # a ConfigError, or a startup check that failed
         print(f"tito serve: {exc.message}", file=sys.stderr)
         return 2
-    app = create_app(gateway)
+
+
+async def serve(config: ServerConfig) -> int:
+    stack = await start_stack(config, handle_signals=True)
+    print(f"tito serve listening on {stack.url}", flush=True)
     try:
-        sock = bind_tcp(args.host, args.port)
-    except OSError as exc:
-        print(f"tito serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 2
-    serve_forever(app, sock, name="tito serve", log_level=args.log_level,
-                  timeout_graceful_shutdown=5)
+        await stack.server.wait()
+    finally:
+        await stack.close()
     return 0

@@ -1,0 +1,61 @@
+"""``tito serve`` configuration errors: exit 2 with one clear line, checked in-process
+(nothing starts: the flags are validated before the engine is built)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tito.cli import main
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--engine", "sglang"], "--engine sglang needs --engine-url"),
+    (["--engine-url", "http://127.0.0.1:1"], "--tokenizer is required with --engine sglang"),
+    (["--engine", "embedded", "--tokenizer", "."], "--tokenizer is not used with --engine"),
+    (["--engine", "embedded", "--engine-url", "http://x"], "--engine-url is only used"),
+    (["--engine-url", "http://x", "--tokenizer", ".", "--chat-template", "t.jinja",
+      "--family", "qwen3"], "--chat-template is only allowed with --family default"),
+    (["--engine-url", "http://x", "--tokenizer", ".", "--max-seq-len", "1"],
+     "--max-seq-len must be at least 2"),
+    (["--engine-url", "http://x", "--tokenizer", "/nonexistent"], "does not exist"),
+    (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
+      "--message-matcher", "nope"], "unknown message matcher 'nope'"),
+    (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
+      "--message-matcher", "tito_no_such:fn"], "cannot load message matcher"),
+])
+def test_bad_flags_exit_2(flags: list[str], message: str, qwen3_dir: Path,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    flags = [f.replace("{qwen3}", str(qwen3_dir)) for f in flags]
+    assert main(["serve", "--port", "0", *flags]) == 2
+    err = capsys.readouterr().err
+    [line] = err.strip().splitlines()
+    assert line.startswith("tito serve: ") and message in line, err
+
+
+def test_port_in_use_exits_2(capsys: pytest.CaptureFixture[str], qwen3_dir: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--engine-url", "http://x", "--tokenizer", str(qwen3_dir),
+                     "--family", "qwen3", "--port", str(port)])
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "serve" in capsys.readouterr().out
+
+
+def test_strict_template_refuses_to_start(qwen3_dir: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The original Qwen3 template is not append-only: --strict-template refuses it (exit 2,
+    checked in-process: nothing is served)."""
+    code = main(["serve", "--engine-url", "http://127.0.0.1:1", "--tokenizer", str(qwen3_dir),
+                 "--family", "default", "--strict-template", "--port", "0"])
+    assert code == 2
+    assert "failed the append-only self-check" in capsys.readouterr().err

@@ -1,0 +1,341 @@
+"""The SGLang client: reply validation (pure) and HTTP failure mapping (local servers).
+
+An engine that answers garbage must surface as an :class:`EngineError` (a 502 at the
+gateway), never as an unexpected exception (a 500).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from tito.engines.sglang import SGLangEngine, parse_generate_response, sampling_payload
+from tito.net import bind_tcp, url_of
+from tito.types.engine import SamplingParams
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout
+
+REPO = Path(__file__).resolve().parents[2]
+SMOLLM2 = REPO.parent / "shared" / "fixtures" / "tokenizers" / "smollm2"
+
+VALID: dict[str, Any] = {
+    "text": "Hi!",
+    "output_ids": [11, 12, 2],
+    "meta_info": {
+        "id": "r1",
+        "finish_reason": {"type": "stop", "matched": 2},
+        "prompt_tokens": 7,
+        "weight_version": "v3",
+        "completion_tokens": 3,
+        "cached_tokens": 4,
+        "e2e_latency": 0.25,
+        "output_token_logprobs": [[-0.5, 11, "Hi"], [-1.25, 12, None], [None, 2]],
+        "routed_experts": base64.b64encode(b"\x01\x00\x00\x00").decode(),
+    },
+}
+
+
+def reply(**meta: Any) -> dict[str, Any]:
+    """VALID with ``meta_info`` fields replaced (a value of ``...`` removes the field)."""
+    data = copy.deepcopy(VALID)
+    for key, value in meta.items():
+        if value is ...:
+            data["meta_info"].pop(key, None)
+        else:
+            data["meta_info"][key] = value
+    return data
+
+
+def parse_error(data: Any) -> EngineError:
+    with pytest.raises(EngineError) as info:
+        parse_generate_response(data, rid="r1")
+    return info.value
+
+
+# ---- parse_generate_response ---------------------------------------------------------------
+
+
+def test_valid_reply() -> None:
+    result = parse_generate_response(reply(), rid="r1")
+    assert result.output_ids == [11, 12, 2]
+    assert result.logprobs == [-0.5, -1.25, 0.0]
+    assert result.finish_reason == "stop" and result.matched_stop == 2
+    assert result.prompt_tokens == 7 and result.cached_tokens == 4
+    assert result.weight_version == "v3" and result.e2e_latency == 0.25
+    assert result.routed_experts == b"\x01\x00\x00\x00"
+
+
+def test_minimal_reply_defaults() -> None:
+    data = {"output_ids": [], "meta_info": {"finish_reason": {"type": "length", "length": 0},
+                                            "output_token_logprobs": []}}
+    result = parse_generate_response(data, rid="r1")
+    assert result.output_ids == [] and result.logprobs == []
+    assert result.finish_reason == "length" and result.matched_stop is None
+    assert (result.prompt_tokens, result.cached_tokens) == (0, 0)
+    assert result.weight_version is None and result.routed_experts is None
+    assert result.e2e_latency is None
+
+
+def test_mismatched_logprob_ids() -> None:
+    data = reply(output_token_logprobs=[[-0.5, 11, "Hi"], [-1.25, 99, None], [None, 2]])
+    err = parse_error(data)
+    assert "logprob entry 1 is for token 99, output_ids has 12" in str(err)
+
+
+def test_logprob_count_mismatch() -> None:
+    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"]]))
+    assert "1 output_token_logprobs for 3 output_ids" in str(err)
+
+
+def test_missing_logprobs() -> None:
+    err = parse_error(reply(output_token_logprobs=...))
+    assert "meta_info.output_token_logprobs" in str(err)
+
+
+@pytest.mark.parametrize("finish", [{"type": "weird"}, "stop", None, [], {"kind": "stop"}])
+def test_unknown_finish_reason(finish: Any) -> None:
+    err = parse_error(reply(finish_reason=finish))
+    assert "unknown finish_reason" in str(err)
+
+
+@pytest.mark.parametrize("meta", [[1, 2], None, "meta", 3])
+def test_malformed_meta_info(meta: Any) -> None:
+    data = copy.deepcopy(VALID)
+    data["meta_info"] = meta
+    err = parse_error(data)
+    assert type(err) is EngineError
+    assert "meta_info is" in str(err) and "not an object" in str(err)
+
+
+@pytest.mark.parametrize("data", [[], "text", None, {"output_ids": [1]}])
+def test_not_a_result_object(data: Any) -> None:
+    assert "is not a /generate result object" in str(parse_error(data))
+
+
+@pytest.mark.parametrize("output_ids", [None, "11 12 2", {"0": 11}, 12])
+def test_output_ids_not_a_list(output_ids: Any) -> None:
+    data = reply()
+    data["output_ids"] = output_ids
+    assert "has no output_ids" in str(parse_error(data))
+
+
+@pytest.mark.parametrize("bad", ["12", 12.0, True, None, [12]])
+def test_output_ids_not_token_ids(bad: Any) -> None:
+    data = reply()
+    data["output_ids"] = [11, bad, 2]
+    assert "output_ids[1] is" in str(parse_error(data))
+
+
+@pytest.mark.parametrize("entry", [[-1.25], [-1.25, 12, None, "extra"], [], "x", None,
+                                   {"logprob": -1.25, "id": 12}, 12])
+def test_malformed_logprob_entry(entry: Any) -> None:
+    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], entry, [None, 2]]))
+    assert type(err) is EngineError
+    assert "output_token_logprobs[1]" in str(err)
+
+
+@pytest.mark.parametrize("value", ["-1.25", [1], {"v": 1}, True])
+def test_logprob_value_not_a_number(value: Any) -> None:
+    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], [value, 12], [None, 2]]))
+    assert "output_token_logprobs[1][0]" in str(err)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("cached_tokens", "many"), ("cached_tokens", "12"), ("cached_tokens", [1]),
+    ("cached_tokens", 1.5), ("prompt_tokens", {"n": 7}), ("prompt_tokens", "seven"),
+    ("weight_version", 3), ("weight_version", ["v3"]), ("e2e_latency", "fast"),
+    ("routed_experts", "abc"),
+])
+def test_malformed_meta_fields(field: str, value: Any) -> None:
+    err = parse_error(reply(**{field: value}))
+    assert type(err) is EngineError
+    assert f"meta_info.{field}" in str(err)
+
+
+def test_malformed_matched_stop() -> None:
+    err = parse_error(reply(finish_reason={"type": "stop", "matched": [2]}))
+    assert "meta_info.finish_reason.matched" in str(err)
+
+
+def test_abort_with_4xx_status_is_rejected() -> None:
+    finish = {"type": "abort", "message": "prompt too long", "status_code": 413,
+              "err_type": "BadRequest"}
+    err = parse_error(reply(finish_reason=finish, output_token_logprobs=...))
+    assert isinstance(err, EngineRejected)
+    assert err.engine_status == 413 and err.code == "engine_rejected"
+    assert "engine aborted r1: prompt too long" in str(err)
+
+
+def test_abort_with_5xx_status_is_an_engine_error() -> None:
+    finish = {"type": "abort", "message": "scheduler crashed", "status_code": 503}
+    err = parse_error(reply(finish_reason=finish))
+    assert type(err) is EngineError and err.code == "engine_rejected"
+    assert "scheduler crashed" in str(err)
+
+
+def test_abort_with_a_malformed_status() -> None:
+    err = parse_error(reply(finish_reason={"type": "abort", "status_code": "500"}))
+    assert type(err) is EngineError
+    assert "meta_info.finish_reason.status_code" in str(err)
+
+
+def test_plain_abort_is_a_result() -> None:
+    finish = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+    data = reply(finish_reason=finish)
+    data["output_ids"] = [11]
+    data["meta_info"]["output_token_logprobs"] = [[-0.5, 11, None]]
+    result = parse_generate_response(data, rid="r1")
+    assert result.finish_reason == "abort" and result.output_ids == [11]
+
+
+def test_sampling_payload_is_explicit() -> None:
+    payload = sampling_payload(SamplingParams(max_new_tokens=5, stop=("x",), seed=3))
+    assert payload["max_new_tokens"] == 5 and payload["stop"] == ["x"]
+    assert payload["sampling_seed"] == 3 and payload["no_stop_trim"] is True
+    assert "stop_token_ids" not in payload
+
+
+# ---- over HTTP -----------------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Any]
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Callable[[Handler], Any]]:
+    """Start a local aiohttp server whose ``/generate`` is the given handler; its URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_post("/generate", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        sock = bind_tcp("127.0.0.1", 0)
+        await web.SockSite(runner, sock).start()
+        runners.append(runner)
+        return url_of(sock)
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def generate(url: str, **kw: Any) -> Any:
+    engine = SGLangEngine(url, **kw)
+    try:
+        return await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=3), "r1")
+    finally:
+        await engine.close()
+
+
+async def test_http_400_is_rejected_with_the_engine_status(scripted: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "input is longer than the context"}},
+                                 status=400)
+
+    with pytest.raises(EngineRejected) as info:
+        await generate(await scripted(handler))
+    assert info.value.engine_status == 400
+    assert "input is longer than the context" in str(info.value)
+
+
+async def test_http_500_is_an_engine_error(scripted: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="Internal Server Error", status=500)
+
+    with pytest.raises(EngineError) as info:
+        await generate(await scripted(handler))
+    assert not isinstance(info.value, EngineRejected)
+    assert "HTTP 500" in str(info.value) and "Internal Server Error" in str(info.value)
+
+
+async def test_non_json_body_is_an_engine_error(scripted: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="<html>gateway</html>", content_type="text/html")
+
+    with pytest.raises(EngineError, match="is not JSON") as info:
+        await generate(await scripted(handler))
+    assert isinstance(info.value.__cause__, orjson.JSONDecodeError)
+
+
+async def test_garbage_json_is_an_engine_error(scripted: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"output_ids": [1], "meta_info": [1]})
+
+    with pytest.raises(EngineError, match="meta_info is list"):
+        await generate(await scripted(handler))
+
+
+async def test_valid_reply_over_http(scripted: Any) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        return web.json_response(reply())
+
+    result = await generate(await scripted(handler))
+    assert result.output_ids == [11, 12, 2] and result.e2e_latency == 0.25
+    body = seen[0]
+    assert body["input_ids"] == [1, 2, 3] and body["rid"] == "r1"
+    assert body["return_logprob"] is True and body["stream"] is False
+
+
+async def test_connection_refused_is_an_engine_error() -> None:
+    sock = bind_tcp("127.0.0.1", 0)
+    url = url_of(sock)
+    sock.close()  # nothing listens there any more
+    with pytest.raises(EngineError, match="transport error") as info:
+        await generate(url)
+    assert info.value.__cause__ is not None
+
+
+async def test_timeout_is_an_engine_timeout(scripted: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.3)
+        return web.json_response(reply())
+
+    with pytest.raises(EngineTimeout, match="timed out"):
+        await generate(await scripted(handler), timeout=0.05)
+
+
+@pytest.mark.skipif(not SMOLLM2.is_dir(), reason=f"needs the fixture tokenizer {SMOLLM2}")
+async def test_against_the_mock_engine() -> None:
+    """The client and ``tito.engines.mock`` agree on the wire format (in-process uvicorn)."""
+    import uvicorn
+
+    from tito.engines.mock import MockConfig, build_engine
+
+    mock = build_engine(MockConfig(tokenizer_dir=str(SMOLLM2), family="chatml",
+                                   context_length=64, weight_version="w1"))
+    sock = bind_tcp("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(mock.app(), log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    engine = SGLangEngine(url_of(sock))
+    try:
+        while not server.started:
+            assert not task.done(), "the mock did not start"
+            await asyncio.sleep(0.005)
+        prompt = mock.tokenizer.encode(
+            "<|im_start|>user\nSAY hello there<|im_end|>\n<|im_start|>assistant\n")
+        result = await engine.generate(prompt, SamplingParams(max_new_tokens=20), "m1")
+        assert mock.tokenizer.decode(result.output_ids).startswith("hello there")
+        assert result.finish_reason == "stop" and result.matched_stop == result.output_ids[-1]
+        assert len(result.logprobs) == len(result.output_ids)
+        assert all(lp < 0 for lp in result.logprobs)
+        assert result.prompt_tokens == len(prompt) and result.weight_version == "w1"
+        assert await engine.context_length() == 64
+        with pytest.raises(EngineRejected, match="context length") as info:
+            await engine.generate(list(range(1, 60)), SamplingParams(max_new_tokens=20), "m2")
+        assert info.value.engine_status == 400
+    finally:
+        await engine.close()
+        server.should_exit = True
+        await task
+        sock.close()

@@ -1,0 +1,84 @@
+"""A small in-process engine for fast tests of the gateway (never of the engines).
+
+:class:`FakeEngine` implements the engine protocol (:class:`tito.types.engine.Engine`):
+each ``generate`` answers the next scripted reply — an assistant message, rendered to the
+ids a model of the family would emit (:meth:`TemplateRenderer.render_completion`), or an
+exception to raise. ``gate`` holds generations until it is set, to test concurrency.
+The wire format of a real engine is tested elsewhere (the mock engine, SGLang client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tito.render.base import TemplateRenderer
+from tito.types.engine import GenerateResult, PauseMode, SamplingParams
+
+
+@dataclass
+class Call:
+    input_ids: list[int]
+    params: SamplingParams
+    rid: str
+
+
+class FakeEngine:
+    name = "fake"
+
+    def __init__(self, renderer: TemplateRenderer, *, context: int | None = None) -> None:
+        self.renderer = renderer
+        self.context = context
+        self.replies: deque[dict[str, Any] | BaseException] = deque()
+        self.calls: list[Call] = []
+        self.gate: asyncio.Event | None = None
+        self.aborted: list[str] = []
+        self.closed = False
+
+    def script(self, *replies: str | dict[str, Any] | BaseException) -> FakeEngine:
+        """Queue replies: a string is an assistant message with that content."""
+        for reply in replies:
+            self.replies.append({"role": "assistant", "content": reply}
+                                if isinstance(reply, str) else reply)
+        return self
+
+    async def generate(self, input_ids: Sequence[int] | np.ndarray, params: SamplingParams,
+                       rid: str, *, return_routed_experts: bool = False,
+                       routed_experts_start_len: int = 0) -> GenerateResult:
+        self.calls.append(Call([int(i) for i in input_ids], params, rid))
+        if self.gate is not None:
+            await self.gate.wait()
+        reply = self.replies.popleft() if self.replies else \
+            {"role": "assistant", "content": "ok"}
+        if isinstance(reply, BaseException):
+            raise reply
+        ids = self.renderer.render_completion(reply)
+        finish = "stop"
+        if len(ids) > params.max_new_tokens:
+            ids, finish = ids[: params.max_new_tokens], "length"
+        return GenerateResult(output_ids=ids, logprobs=[-0.25] * len(ids),
+                              finish_reason=finish,  # type: ignore[arg-type]
+                              prompt_tokens=len(input_ids), weight_version="w0")
+
+    async def abort(self, rid: str) -> None:
+        self.aborted.append(rid)
+
+    async def context_length(self) -> int | None:
+        return self.context
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        pass
+
+    async def resume(self) -> None:
+        pass
+
+    async def health(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,251 @@
+"""The real app in-process (httpx ASGI transport, the openai SDK), over a fake engine.
+
+Routes, the OpenAI envelope for every error kind, 5xx logging with the cause chain,
+409 on a concurrent turn, and "a failed request leaves the session exactly as it was".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fakes import FakeEngine
+from inproc import new_session, openai_for
+
+from tito.samples import decode_samples
+from tito.server.gateway import Gateway
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+async def chat(http: httpx.AsyncClient, sid: str, messages: list[dict[str, Any]],
+               **body: Any) -> httpx.Response:
+    return await http.post(f"/sessions/{sid}/v1/chat/completions",
+                           json={"messages": messages, **body})
+
+
+async def state(http: httpx.AsyncClient, sid: str) -> dict[str, Any]:
+    resp = await http.get(f"/sessions/{sid}", params={"include_ids": "1",
+                                                      "include_messages": "1"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    for rec in body["records"]:  # timings differ between two reads; the trajectory not
+        rec.pop("e2e_latency")
+    body["metadata"].pop("last_active")
+    return body
+
+
+def assert_openai_error(resp: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == code and error["message"] and error["type"]
+    assert set(error) == {"message", "type", "code", "param"}
+    return dict(error)
+
+
+async def test_two_turns_with_the_openai_sdk(client: httpx.AsyncClient,
+                                             engine: FakeEngine) -> None:
+    engine.script("first answer", "second answer")
+    sid = await new_session(client)
+    sdk = openai_for(client, sid)
+    messages: list[Any] = [{"role": "system", "content": "be brief"}, *USER]
+    r1 = await sdk.chat.completions.create(model="m", messages=messages)
+    assert r1.choices[0].message.content == "first answer"
+    assert r1.choices[0].finish_reason == "stop"
+    assert r1.usage is not None and r1.usage.prompt_tokens == len(engine.calls[0].input_ids)
+    messages += [r1.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": "again"}]
+    r2 = await sdk.chat.completions.create(model="m", messages=messages)
+    assert r2.choices[0].message.content == "second answer"
+    first, second = engine.calls
+    assert second.input_ids[: len(first.input_ids)] == first.input_ids  # TITO prefix
+    resp = await client.post(f"/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200
+    [sample] = decode_samples(resp.content).samples
+    assert sample.tokens.tolist()[: len(second.input_ids)] == second.input_ids
+
+
+async def test_stream_is_one_chunk_then_usage_and_done(client: httpx.AsyncClient,
+                                                       engine: FakeEngine) -> None:
+    engine.script({"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "id": "call_1", "function": {
+                       "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]})
+    sid = await new_session(client)
+    sdk = openai_for(client, sid)
+    tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    stream = await sdk.chat.completions.create(model="m", messages=USER, tools=tools,
+                                               stream=True,
+                                               stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    assert len(chunks) == 2
+    delta = chunks[0].choices[0].delta
+    assert chunks[0].choices[0].finish_reason == "tool_calls"
+    assert delta.tool_calls is not None and delta.tool_calls[0].index == 0
+    assert delta.tool_calls[0].function is not None
+    assert delta.tool_calls[0].function.name == "get_weather"
+    assert chunks[1].choices == [] and chunks[1].usage is not None
+
+
+async def test_session_lifecycle_and_models(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    models = (await client.get(f"/sessions/{sid}/v1/models")).json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "tito-qwen3"
+    assert (await client.delete(f"/sessions/{sid}")).status_code == 204
+    assert_openai_error(await client.get(f"/sessions/{sid}"), 404, "session_not_found")
+    assert_openai_error(await client.delete(f"/sessions/{sid}"), 404, "session_not_found")
+
+
+async def test_health_and_metrics(client: httpx.AsyncClient) -> None:
+    health = (await client.get("/health")).json()
+    assert health["status"] == "ok" and health["family"] == "qwen3"
+    assert health["capabilities"]["append_only_verified"] is True
+    sid = await new_session(client)
+    await chat(client, sid, USER)
+    await client.get("/sessions/" + "0" * 32)
+    text = (await client.get("/metrics")).text
+    assert "tito_turns_total 1" in text
+    assert 'tito_errors_total{status="404",code="session_not_found"} 1' in text
+
+
+@pytest.mark.parametrize(("method", "path", "status", "code"), [
+    ("GET", "/nowhere", 404, "unknown_route"),
+    ("POST", "/health", 405, "method_not_allowed"),
+    ("GET", "/sessions/{sid}/v1/nothing", 404, "unknown_route"),
+    ("POST", "/sessions/{sid}/v1/chat/completions", 400, "invalid_json"),
+    ("POST", "/sessions/0123/v1/chat/completions", 404, "session_not_found"),
+])
+async def test_routing_errors_use_the_openai_envelope(client: httpx.AsyncClient, method: str,
+                                                      path: str, status: int,
+                                                      code: str) -> None:
+    sid = await new_session(client)
+    resp = await client.request(method, path.format(sid=sid), content=b"{not json")
+    assert_openai_error(resp, status, code)
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"messages": []}, "invalid_request"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "invalid_request"),
+    ({"messages": USER, "n": 2}, "invalid_request"),
+    ({"messages": USER, "temperature": -1}, "invalid_request"),
+    ({"messages": USER, "chat_template_kwargs": "yes"}, "invalid_template_kwargs"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "invalid_request"),
+    ([1, 2], "invalid_request"),
+])
+async def test_bad_input_is_400_and_leaves_the_session_as_it_was(
+        client: httpx.AsyncClient, body: Any, code: str) -> None:
+    sid = await new_session(client)
+    assert (await chat(client, sid, USER)).status_code == 200
+    before = await state(client, sid)
+    resp = await client.post(f"/sessions/{sid}/v1/chat/completions", json=body)
+    assert_openai_error(resp, 400, code)
+    assert await state(client, sid) == before
+
+
+async def test_body_over_the_limit_is_413(make_gateway: Any) -> None:
+    from inproc import asgi_client
+
+    gateway = make_gateway(max_body_bytes=1000)
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        resp = await chat(http, sid, [{"role": "user", "content": "x" * 2000}])
+        assert_openai_error(resp, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize(("error", "status", "code", "logged"), [
+    (EngineError("engine transport error: Server disconnected"), 502, "engine_error", True),
+    (EngineTimeout("engine timed out after 5s"), 504, "engine_timeout", True),
+    (EngineRejected("prompt too long", engine_status=413), 413, "engine_rejected", False),
+    (EngineRejected("bad sampling"), 400, "engine_rejected", False),
+    (RuntimeError("a bug"), 500, "internal_error", True),
+])
+async def test_engine_failures_leave_the_session_unchanged_and_5xx_are_logged(
+        client: httpx.AsyncClient, engine: FakeEngine, caplog: pytest.LogCaptureFixture,
+        error: BaseException, status: int, code: str, logged: bool) -> None:
+    sid = await new_session(client)
+    assert (await chat(client, sid, USER)).status_code == 200
+    before = await state(client, sid)
+    try:
+        raise error
+    except BaseException as raised:  # give it a traceback, as a real failure has
+        engine.script(raised)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="tito.server"):
+        resp = await chat(client, sid, [*USER, {"role": "assistant", "content": "ok"},
+                                        {"role": "user", "content": "more"}])
+    assert_openai_error(resp, status, code)
+    assert await state(client, sid) == before
+    records = [r for r in caplog.records if r.name == "tito.server"]
+    if not logged:
+        assert records == []
+        return
+    [record] = records
+    assert f"-> {status} {code}" in record.getMessage()
+    assert record.exc_info is not None
+    text = logging.Formatter().formatException(record.exc_info)
+    assert type(error).__name__ in text and "Traceback" in text
+    if status == 500:  # the wrapper names its cause: the bug's own traceback is shown
+        assert "direct cause" in text and "a bug" in text
+        assert "a bug" not in resp.json()["error"]["message"]
+
+
+async def test_a_second_turn_while_one_runs_is_409_at_once(client: httpx.AsyncClient,
+                                                           engine: FakeEngine) -> None:
+    sid = await new_session(client)
+    engine.gate = asyncio.Event()
+    first = asyncio.create_task(chat(client, sid, USER))
+    while not engine.calls:
+        await asyncio.sleep(0.001)
+    assert_openai_error(await chat(client, sid, USER), 409, "turn_in_progress")
+    assert_openai_error(await client.post(f"/sessions/{sid}/samples", json={}), 409,
+                        "turn_in_progress")
+    engine.gate.set()
+    assert (await first).status_code == 200
+    assert (await state(client, sid))["metadata"]["num_turns"] == 1
+
+
+async def test_deep_divergence_is_rollback_too_deep(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    messages: list[dict[str, Any]] = list(USER)
+    for n in range(3):
+        resp = await chat(client, sid, messages)
+        messages += [resp.json()["choices"][0]["message"], {"role": "user", "content": f"{n}"}]
+    before = await state(client, sid)
+    resp = await chat(client, sid, [*USER, {"role": "assistant", "content": "other"},
+                                    {"role": "user", "content": "x"}])
+    assert_openai_error(resp, 400, "rollback_too_deep")
+    assert await state(client, sid) == before
+
+
+async def test_context_length_is_checked_before_the_engine(make_gateway: Any) -> None:
+    from inproc import asgi_client
+
+    gateway: Gateway = make_gateway(context=16)
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        resp = await chat(http, sid, [{"role": "user", "content": "word " * 40}])
+        error = assert_openai_error(resp, 400, "context_length_exceeded")
+        assert "the engine's context length (16)" in error["message"]
+        assert gateway.engine.calls == []  # type: ignore[attr-defined]
+
+
+async def test_samples_body_is_validated(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    for body in ({"max_seq_len": 0}, {"metadata": []}, {"nope": 1},
+                 {"include_response": "no"}):
+        assert_openai_error(await client.post(f"/sessions/{sid}/samples", json=body), 400,
+                            "invalid_request")
+    resp = await client.post(f"/sessions/{sid}/samples")
+    assert resp.status_code == 200
+    assert decode_samples(resp.content).empty_reason == "no_records"
+
+
+async def test_sdk_raises_the_typed_errors(client: httpx.AsyncClient) -> None:
+    sdk = openai_for(client, "f" * 32)
+    with pytest.raises(openai.NotFoundError, match="session not found"):
+        await sdk.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]

@@ -1,0 +1,100 @@
+"""``tito mock-engine``: an SGLang-compatible, scriptable mock engine on this CPU.
+
+The engine itself is :mod:`tito.engines.mock`; this module parses its flags and serves it
+with uvicorn, printing ``tito mock-engine listening on http://HOST:PORT`` once it accepts
+connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tito.engines.mock import MockConfig, build_engine
+from tito.net import bind_tcp, serve_forever
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``tito mock-engine``."""
+    parser.add_argument("--tokenizer", required=True, metavar="DIR",
+                        help="tokenizer folder (tokenizer.json or vocab.json + merges.txt) "
+                             "used to decode prompts and render the scripted replies")
+    parser.add_argument("--family", default="qwen3",
+                        help="model family whose renderer writes the replies (qwen3, chatml, "
+                             "smollm2, default)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=30000,
+                        help="port to listen on (0: pick a free port); the bound address is "
+                             "printed as 'tito mock-engine listening on http://HOST:PORT'")
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="simulated prefill latency per request, in milliseconds")
+    parser.add_argument("--token-latency-ms", type=float, default=0.0,
+                        help="simulated decode latency per output token, in milliseconds "
+                             "(requests run concurrently and can be aborted mid-generation)")
+    parser.add_argument("--context-length", type=int, default=32768,
+                        help="model context length: longer prompts (or prompt + "
+                             "max_new_tokens) are rejected with SGLang's 400 messages")
+    parser.add_argument("--weight-version", default="default",
+                        help="initial weight version reported in meta_info.weight_version "
+                             "(changed by POST /update_weight_version)")
+    parser.add_argument("--served-model-name", default=None,
+                        help="model name in /v1/models and /model_info (unset: the "
+                             "tokenizer folder)")
+    parser.add_argument("--enable-return-routed-experts", action="store_true",
+                        help="serve fake MoE routing replay (meta_info.routed_experts) to "
+                             "requests with return_routed_experts; omitted otherwise, as SGLang")
+    parser.add_argument("--num-layers", type=int, default=4,
+                        help="fake MoE layers per routed-experts row")
+    parser.add_argument("--topk", type=int, default=2,
+                        help="fake experts per token per layer in routed-experts rows")
+    parser.add_argument("--num-experts", type=int, default=16,
+                        help="fake number of experts (routed expert ids are in [0, N))")
+    parser.add_argument("--request-log-size", type=int, default=1000,
+                        help="requests kept in the GET /mock/requests log (oldest dropped; "
+                             "0: unbounded)")
+    parser.add_argument("--log-level", default="warning",
+                        choices=["critical", "error", "warning", "info", "debug"],
+                        help="uvicorn log level")
+
+
+def config_from_args(args: argparse.Namespace) -> MockConfig:
+    return MockConfig(
+        tokenizer_dir=args.tokenizer, family=args.family, latency_ms=args.latency_ms,
+        token_latency_ms=args.token_latency_ms, context_length=args.context_length,
+        weight_version=args.weight_version, served_model_name=args.served_model_name,
+        enable_return_routed_experts=args.enable_return_routed_experts,
+        num_layers=args.num_layers, topk=args.topk, num_experts=args.num_experts,
+        request_log_size=args.request_log_size,
+    )
+
+
+def config_problem(config: MockConfig) -> str | None:
+    """Why ``config`` cannot be served (None: it can)."""
+    if config.topk < 1 or config.num_layers < 1 or config.topk > config.num_experts:
+        return "need 1 <= --topk <= --num-experts and --num-layers >= 1"
+    if config.context_length < 2:
+        return "--context-length must be at least 2"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the mock engine until interrupted."""
+    config = config_from_args(args)
+    problem = config_problem(config)
+    if problem is not None:
+        print(f"tito mock-engine: {problem}", file=sys.stderr)
+        return 2
+    try:
+        engine = build_engine(config)
+    except Exception as exc:  # a bad tokenizer folder or family: a clean CLI error
+        print(f"tito mock-engine: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sock = bind_tcp(args.host, args.port)
+    except OSError as exc:
+        print(f"tito mock-engine: cannot listen on {args.host}:{args.port}: {exc}",
+              file=sys.stderr)
+        return 2
+    serve_forever(engine.app(), sock, name="tito mock-engine", log_level=args.log_level,
+                  timeout_graceful_shutdown=2)
+    return 0

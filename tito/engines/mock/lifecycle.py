@@ -1,0 +1,224 @@
+"""The life of a mock request: admission, generation token by token, abort, pause.
+
+A request is planned in full when it starts (:meth:`MockModel.plan`) and then emitted
+token by token at the configured latency; aborts (by rid prefix, by ``abort_all``, by a
+pause in ``abort`` mode, by a client that goes away) and pauses take effect between
+tokens, as in SGLang's scheduler. Finished requests are recorded in the request log
+(``GET /mock/requests``) and their sequence is inserted into the radix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito.engines.mock.contract import (
+    RequestError,
+    check_body,
+    check_lengths,
+    check_routed_experts,
+    prompt_ids,
+    request_id,
+)
+from tito.engines.mock.directives import MockModel, Plan
+from tito.engines.mock.radix import RadixCache
+
+ABORTED_MESSAGE = "Aborted"
+WAITING_ABORT_MESSAGE = "Abort in waiting queue"
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+def abort_reason(message: str = ABORTED_MESSAGE) -> dict[str, Any]:
+    """SGLang's finish reason of an aborted request."""
+    return {"type": "abort", "message": message, "status_code": None, "err_type": None}
+
+
+@dataclass
+class MockConfig:
+    tokenizer_dir: str
+    family: str = "qwen3"
+    latency_ms: float = 0.0
+    token_latency_ms: float = 0.0
+    context_length: int = 32768
+    weight_version: str = "default"
+    served_model_name: str | None = None
+    enable_return_routed_experts: bool = False
+    num_layers: int = 4
+    topk: int = 2
+    num_experts: int = 16
+    request_log_size: int = 1000
+
+
+@dataclass
+class ReqState:
+    rid: str
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    body: dict[str, Any]
+    arrived: float
+    log: dict[str, Any]
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    aborted: bool = False
+    started: bool = False
+    finished: bool = False
+    emitted: int = 0
+    num_retractions: int = 0
+    cached_tokens: int = 0
+    plan: Plan | None = None
+
+
+class Lifecycle:
+    """Requests in flight, the pause state, the weight version, the cache and the log."""
+
+    def __init__(self, config: MockConfig, model: MockModel):
+        self.config = config
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.weight_version = config.weight_version
+        self.in_flight: dict[str, ReqState] = {}
+        self.paused = False
+        self.pause_mode: str | None = None
+        self.cache = RadixCache()
+        self.log: deque[dict[str, Any]] = deque(maxlen=config.request_log_size or None)
+
+    # -- admission -------------------------------------------------------------------------
+    def admit(self, body: Any) -> ReqState:
+        """A new request from a ``/generate`` body (raises ContractError / RequestError)."""
+        sp = check_body(body)
+        input_ids = prompt_ids(body, self.tokenizer)
+        rid = request_id(body)
+        n_in = len(input_ids)
+        check_lengths(n_in, sp, self.config.context_length)
+        check_routed_experts(body, n_in, enabled=self.config.enable_return_routed_experts)
+        if rid in self.in_flight:
+            raise RequestError(f"Duplicate request ID detected: {rid}")
+        entry = {"rid": rid, "input_ids": input_ids, "output_ids": None, "logprobs": None,
+                 "finish_reason": None, "sampling_params": sp, "cached_tokens": None,
+                 "weight_version": None, "stream": bool(body.get("stream")),
+                 "arrived": time.time()}
+        return ReqState(rid, input_ids, sp, body, time.perf_counter(), entry)
+
+    def register(self, req: ReqState) -> None:
+        self.in_flight[req.rid] = req
+        self.log.append(req.log)
+
+    # -- generation ------------------------------------------------------------------------
+    async def sleep(self, req: ReqState, seconds: float) -> None:
+        """Sleep, waking early when ``req`` is aborted."""
+        if seconds <= 0 or req.aborted:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(req.wake.wait(), seconds)
+
+    async def wait_unpaused(self, req: ReqState) -> None:
+        while self.paused and not req.aborted:
+            await self.sleep(req, 0.005)
+
+    def start(self, req: ReqState) -> None:
+        """Look up the cached prefix and plan the whole completion."""
+        sp = {k: v for k, v in req.sampling_params.items() if v is not None}
+        ids = req.input_ids
+        cap = len(ids) - 1
+        start_len = req.body.get("logprob_start_len")
+        if req.body.get("return_logprob") and start_len is not None and start_len >= 0:
+            cap = min(cap, start_len)
+        req.cached_tokens = max(0, min(self.cache.match(ids), cap))
+        self.cache.insert(ids)
+        stop = sp.get("stop", ())
+        stop_regex = sp.get("stop_regex", ())
+        req.plan = self.model.plan(
+            ids,
+            max_new_tokens=sp.get("max_new_tokens", 128),
+            min_new_tokens=sp.get("min_new_tokens", 0),
+            stop_token_ids=sp.get("stop_token_ids", ()),
+            ignore_eos=sp.get("ignore_eos", False),
+            stop=[stop] if isinstance(stop, str) else stop,
+            stop_regex=[stop_regex] if isinstance(stop_regex, str) else stop_regex,
+        )
+        req.started = True
+
+    async def drive(self, req: ReqState) -> AsyncIterator[int]:
+        """Run ``req``; yields the number of emitted tokens as they appear."""
+        await self.wait_unpaused(req)
+        if req.aborted:
+            return
+        self.start(req)
+        assert req.plan is not None
+        await self.sleep(req, self.config.latency_ms / 1000)
+        total = len(req.plan.output_ids)
+        per_token = self.config.token_latency_ms / 1000
+        if per_token <= 0 and not self.paused and not req.aborted:
+            req.emitted = total
+            yield total
+            return
+        while req.emitted < total and not req.aborted:
+            await self.sleep(req, per_token)
+            if self.paused:
+                await self.wait_unpaused(req)
+            if req.aborted:
+                break
+            req.emitted += 1
+            yield req.emitted
+
+    def finish(self, req: ReqState) -> None:
+        """Retire ``req``: fill its log entry and cache what it produced."""
+        if req.finished:
+            return
+        req.finished = True
+        self.in_flight.pop(req.rid, None)
+        entry = req.log
+        entry["weight_version"] = self.weight_version
+        entry["e2e_latency"] = time.perf_counter() - req.arrived
+        if req.plan is None:  # aborted while waiting
+            entry.update(output_ids=[], logprobs=[],
+                         finish_reason=abort_reason(WAITING_ABORT_MESSAGE))
+            return
+        n = req.emitted
+        out = req.plan.output_ids[:n]
+        complete = n == len(req.plan.output_ids) and not req.aborted
+        entry.update(output_ids=out, logprobs=req.plan.logprobs[:n],
+                     finish_reason=req.plan.finish_reason if complete else abort_reason(),
+                     cached_tokens=req.cached_tokens, prompt_tokens=len(req.input_ids),
+                     completion_tokens=n, num_retractions=req.num_retractions)
+        self.cache.insert(req.input_ids + out[:-1])
+
+    # -- control -----------------------------------------------------------------------------
+    def abort(self, req: ReqState) -> None:
+        if not req.finished:
+            req.aborted = True
+            req.wake.set()
+
+    def abort_matching(self, rid: str, *, abort_all: bool) -> None:
+        """``/abort_request``: every request, or those whose rid starts with ``rid``
+        (only when ``rid`` itself is in flight)."""
+        if abort_all:
+            targets = list(self.in_flight.values())
+        elif rid and rid in self.in_flight:
+            targets = [r for k, r in self.in_flight.items() if k.startswith(rid)]
+        else:
+            targets = []
+        for req in targets:
+            self.abort(req)
+
+    def abort_all(self) -> None:
+        for req in list(self.in_flight.values()):
+            self.abort(req)
+
+    def pause(self, mode: str) -> None:
+        """``/pause_generation`` with a mode of :data:`PAUSE_MODES`."""
+        self.paused = True
+        self.pause_mode = mode
+        for req in list(self.in_flight.values()):
+            if mode == "abort":
+                self.abort(req)
+            elif mode == "retract" and req.started and not req.finished:
+                req.num_retractions += 1
+
+    def resume(self) -> None:
+        self.paused = False
+        self.pause_mode = None

@@ -1,0 +1,153 @@
+"""SGLang's ``/generate`` reply object: ``text``, ``output_ids`` (stop id included) and
+``meta_info`` with finish reason, token counts, ``[logprob, id, text|null]`` triples,
+top logprobs and the fake MoE routing replay (base64 int32 rows)."""
+
+from __future__ import annotations
+
+import base64
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from tito.engines.mock.directives import Plan, prompt_digest, token_logprob
+from tito.engines.mock.lifecycle import (
+    WAITING_ABORT_MESSAGE,
+    MockConfig,
+    ReqState,
+    abort_reason,
+)
+from tito.types.tokenizer import Tokenizer
+
+
+class Replies:
+    """Builds reply objects; caches the text of single tokens."""
+
+    def __init__(self, config: MockConfig, tokenizer: Tokenizer):
+        self.config = config
+        self.tokenizer = tokenizer
+        self._token_text: dict[int, str] = {}
+
+    def token_text(self, tok: int) -> str:
+        text = self._token_text.get(tok)
+        if text is None:
+            text = self._token_text[tok] = self.tokenizer.decode([tok])
+        return text
+
+    def result(self, req: ReqState, weight_version: str, *, final: bool,
+               upto: int | None = None) -> dict[str, Any]:
+        """The response object (``upto``: a non-final stream chunk of that many tokens)."""
+        if req.plan is None:  # aborted in the waiting queue: SGLang's reduced meta_info
+            return {"text": "", "output_ids": [], "meta_info": {
+                "id": req.rid, "finish_reason": abort_reason(WAITING_ABORT_MESSAGE),
+                "weight_version": weight_version,
+                "e2e_latency": time.perf_counter() - req.arrived, "completion_tokens": 0}}
+        plan = req.plan
+        body = req.body
+        n = req.emitted if upto is None else upto
+        out = plan.output_ids[:n]
+        finish = self._finish_reason(req, plan, n) if final else None
+        meta: dict[str, Any] = {
+            "id": req.rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(req.input_ids),
+            "weight_version": weight_version,
+            "reasoning_tokens": 0,
+            "completion_tokens": n,
+            "cached_tokens": req.cached_tokens,
+            "num_retractions": req.num_retractions,
+        }
+        if final:
+            meta["e2e_latency"] = time.perf_counter() - req.arrived
+        if body.get("return_logprob"):
+            self._add_logprobs(meta, req, plan, out)
+        if final and body.get("return_routed_experts") and \
+                self.config.enable_return_routed_experts:
+            meta["routed_experts"] = self._routed_experts(
+                req.input_ids + out, body.get("routed_experts_start_len") or 0)
+        result: dict[str, Any] = {"text": self._text(req, out, finish), "output_ids": out,
+                                  "meta_info": meta}
+        if body.get("return_prompt_token_ids"):
+            result["prompt_token_ids"] = req.input_ids
+        return result
+
+    @staticmethod
+    def _finish_reason(req: ReqState, plan: Plan, n: int) -> dict[str, Any]:
+        complete = n == len(plan.output_ids) and not req.aborted
+        return plan.finish_reason if complete else abort_reason()
+
+    def _text(self, req: ReqState, out: list[int], finish: dict[str, Any] | None) -> str:
+        """Decoded output; the matched stop is trimmed unless ``no_stop_trim``."""
+        sp = req.sampling_params
+        skip_special = sp.get("skip_special_tokens")
+        skip_special = True if skip_special is None else skip_special
+        no_trim = bool(sp.get("no_stop_trim"))
+        text_ids = out
+        matched = finish.get("matched") if finish and finish["type"] == "stop" else None
+        if isinstance(matched, int) and not no_trim:
+            text_ids = out[:-1]
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=skip_special)
+        if isinstance(matched, str) and not no_trim:
+            cut = text.find(matched)
+            if cut >= 0:
+                text = text[:cut]
+        return text
+
+    def _add_logprobs(self, meta: dict[str, Any], req: ReqState, plan: Plan,
+                      out: list[int]) -> None:
+        body = req.body
+        n = len(out)
+        with_text = bool(body.get("return_text_in_logprobs"))
+        meta["output_token_logprobs"] = [
+            [lp, tok, self.token_text(tok) if with_text else None]
+            for lp, tok in zip(plan.logprobs[:n], out, strict=True)
+        ]
+        meta["output_token_logprobs_length"] = n
+        meta["input_token_logprobs"] = self._input_logprobs(req, with_text)
+        k = body.get("top_logprobs_num") or 0
+        if k > 0:
+            meta["output_top_logprobs"] = [
+                self._top(tok, lp, k, with_text)
+                for lp, tok in zip(plan.logprobs[:n], out, strict=True)
+            ]
+            meta["input_top_logprobs"] = [
+                None if entry[0] is None else self._top(entry[1], entry[0], k, with_text)
+                for entry in meta["input_token_logprobs"]
+            ]
+
+    def _input_logprobs(self, req: ReqState, with_text: bool) -> list[list[Any]]:
+        start = req.body.get("logprob_start_len")
+        if start is None or start < 0:
+            return []
+        digest = prompt_digest(req.input_ids)
+        rows: list[list[Any]] = []
+        for pos in range(start, len(req.input_ids)):
+            tok = req.input_ids[pos]
+            lp = None if pos == start else token_logprob(digest, pos, salt=b"in")
+            rows.append([lp, tok, self.token_text(tok) if with_text else None])
+        return rows
+
+    def _top(self, tok: int, lp: float, k: int, with_text: bool) -> list[list[Any]]:
+        """``k`` alternatives: the chosen token and others sharing the remaining mass."""
+        vocab = self.tokenizer.vocab_size
+        rest = max(1e-9, 1.0 - math.exp(lp))
+        rows = [(lp, tok)]
+        for j in range(1, k):
+            rows.append((math.log(rest * 0.5**j), (tok + 7919 * j) % vocab))
+        rows.sort(key=lambda r: -r[0])
+        return [[v, t, self.token_text(t) if with_text else None] for v, t in rows]
+
+    def _routed_experts(self, seq: list[int], start: int) -> str:
+        """base64 of little-endian int32, shape (len(seq) - 1 - start, layers, topk)."""
+        cfg = self.config
+        end = max(start, len(seq) - 1)
+        toks = np.asarray(seq[start:end], dtype=np.uint64)
+        pos = np.arange(start, end, dtype=np.uint64)
+        h = (toks * np.uint64(2654435761) + pos * np.uint64(40503)) & np.uint64(0xFFFFFFFF)
+        layers = np.arange(cfg.num_layers, dtype=np.uint64) * np.uint64(0x9E3779B1)
+        mixed = ((h[:, None] ^ layers[None, :]) * np.uint64(2246822519)) >> np.uint64(13)
+        base = mixed % np.uint64(cfg.num_experts)
+        experts = (base[:, :, None] + np.arange(cfg.topk, dtype=np.uint64)) % np.uint64(
+            cfg.num_experts)
+        return base64.b64encode(experts.astype("<i4").tobytes()).decode("ascii")

@@ -1,0 +1,73 @@
+"""What an API module gives the app: its routes and how it words errors (design §7).
+
+Each API (OpenAI Chat Completions in :mod:`tito.server.openai`; Anthropic Messages and
+OpenAI Responses later) is a sibling package exposing one :class:`Api`. The app wraps every
+endpoint so that any failure leaves in that API's own error envelope, with the status the
+API gives the core error's kind, and every response >= 500 is logged once with its cause
+chain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tito.types.errors import TitoError
+
+if TYPE_CHECKING:
+    from tito.server.gateway import Gateway
+
+log = logging.getLogger("tito.server")
+
+Endpoint = Callable[["Gateway", Request], Awaitable[Response]]
+"""A route handler: the gateway and the request in, a response out; raises TitoError."""
+
+
+@dataclass(frozen=True)
+class Api:
+    name: str
+    status_of: Callable[[TitoError], int]
+    """HTTP status of a core error in this API."""
+    error_response: Callable[[TitoError, int], Response]
+    """The error in this API's envelope, with the given status."""
+    routes: list[tuple[str, Endpoint, list[str]]] = field(default_factory=list)
+    """``(path, endpoint, methods)``."""
+
+    def route(self, gateway: Gateway, path: str, endpoint: Endpoint,
+              methods: list[str]) -> Route:
+        return Route(path, self.guard(gateway, endpoint), methods=methods)
+
+    def guard(self, gateway: Gateway, endpoint: Endpoint
+              ) -> Callable[[Request], Awaitable[Response]]:
+        """``endpoint`` with every failure turned into this API's error response."""
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(gateway, request)
+            except TitoError as exc:
+                error = exc
+            except Exception as exc:
+                error = TitoError("internal server error; see the gateway log")
+                error.__cause__ = exc
+            return self.fail(gateway, request, error)
+
+        return guarded
+
+    def fail(self, gateway: Gateway, request: Request, error: TitoError) -> Response:
+        """Count ``error``, log it when it is a server-side failure, and word it."""
+        status = self.status_of(error)
+        gateway.metrics.error(status, error.code)
+        if status >= 500:
+            log.error("%s %s -> %d %s: %s", request.method, request.url.path, status,
+                      error.code, error.message, exc_info=error)
+        return self.error_response(error, status)
+
+    def routes_for(self, gateway: Gateway) -> list[Route]:
+        return [self.route(gateway, path, endpoint, methods)
+                for path, endpoint, methods in self.routes]

@@ -1,0 +1,48 @@
+"""Core error kinds -> OpenAI HTTP statuses and error envelope (design §7)."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from tito.server.openai.models import ErrorBody, ErrorDetail
+from tito.types.errors import EngineRejected, ErrorKind, TitoError
+
+STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_REQUEST: 400,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.METHOD_NOT_ALLOWED: 405,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.TOO_LARGE: 413,
+    ErrorKind.UNPROCESSABLE: 422,
+    ErrorKind.OVER_CAPACITY: 429,
+    ErrorKind.INTERNAL: 500,
+    ErrorKind.CONFIG: 500,
+    ErrorKind.ENGINE_FAILED: 502,
+    ErrorKind.ENGINE_TIMEOUT: 504,
+    ErrorKind.ENGINE_REJECTED: 400,
+}
+"""HTTP status of each kind (an engine's own 4xx is passed through, see :func:`status_of`)."""
+
+TYPE: dict[ErrorKind, str] = {
+    ErrorKind.NOT_FOUND: "not_found_error",
+    ErrorKind.OVER_CAPACITY: "rate_limit_error",
+    ErrorKind.INTERNAL: "server_error",
+    ErrorKind.CONFIG: "server_error",
+    ErrorKind.ENGINE_FAILED: "server_error",
+    ErrorKind.ENGINE_TIMEOUT: "server_error",
+}
+"""OpenAI ``error.type`` of each kind; every other kind is ``invalid_request_error``."""
+
+
+def status_of(exc: TitoError) -> int:
+    if isinstance(exc, EngineRejected) and 400 <= exc.engine_status < 500:
+        return exc.engine_status
+    return STATUS[exc.kind]
+
+
+def error_response(exc: TitoError, status: int | None = None) -> Response:
+    """``exc`` in OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``."""
+    body = ErrorBody(error=ErrorDetail(message=exc.message, code=exc.code,
+                                       type=TYPE.get(exc.kind, "invalid_request_error")))
+    return Response(body.model_dump_json(), status_code=status or status_of(exc),
+                    media_type="application/json")

@@ -1,0 +1,174 @@
+"""Session routes, the same for every API (design §7): health, metrics, create, view,
+delete, samples. Their errors use the OpenAI envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from tito.server import openai
+from tito.server.api import Api
+from tito.server.gateway import Gateway
+from tito.server.http import json_response, read_json
+from tito.types.errors import BadRequest, NotFound
+
+MAX_PAGE = 1000
+PAGE_ID_BUDGET = 65_536
+"""With ``include_ids``, a page stops before its records' ids exceed this many tokens
+(at least one record is always returned), so no reply grows to many megabytes."""
+
+
+async def health(gateway: Gateway, request: Request) -> Response:
+    return json_response({
+        "status": "ok",
+        "instance_id": gateway.instance_id,
+        "engine": {"name": gateway.engine.name,
+                   "url": getattr(gateway.engine, "url", None)},
+        "family": gateway.renderer.family,
+        "session_version": gateway.config.session_version,
+        "message_matcher": gateway.config.message_matcher,
+        "sessions": len(gateway.store),
+        "capabilities": {
+            **gateway.renderer.capability_report(),
+            "append_only_verified": bool(gateway.self_check.get("passed")),
+            "self_check": gateway.self_check,
+        },
+    })
+
+
+async def metrics(gateway: Gateway, request: Request) -> Response:
+    text = gateway.metrics.render({"sessions": len(gateway.store),
+                                   "sessions_expired_total": gateway.store.expired_total})
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+async def create_session(gateway: Gateway, request: Request) -> Response:
+    session = gateway.store.create()
+    gateway.metrics.inc("sessions_created_total")
+    return json_response({"session_id": session.session_id})
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"query parameter {name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "false").lower() in ("1", "true", "yes")
+
+
+async def get_session(gateway: Gateway, request: Request) -> Response:
+    """Records (paged: ``offset``, ``limit`` <= 1000) and metadata; ids only on request."""
+    session = gateway.session(request.path_params["session_id"])
+    offset = _int_param(request, "offset", 0, 0, 1 << 31)
+    limit = _int_param(request, "limit", 100, 1, MAX_PAGE)
+    include_ids = _flag(request, "include_ids")
+    page = session.records[offset : offset + limit]
+    if include_ids:
+        ids_in_page = 0
+        for n, rec in enumerate(page):
+            ids_in_page += len(rec.bridge_ids) + len(rec.output_ids)
+            if n and ids_in_page > PAGE_ID_BUDGET:
+                page = page[:n]
+                break
+    end = offset + len(page)
+    records = []
+    for rec in page:
+        item: dict[str, Any] = {
+            "turn": rec.turn,
+            "prompt_len": rec.prompt_len,
+            "bridge_len": len(rec.bridge_ids),
+            "drop": rec.drop,
+            "output_len": len(rec.output_ids),
+            "finish_reason": rec.finish_reason,
+            "weight_version": rec.weight_version,
+            "cached_tokens": rec.cached_tokens,
+            "e2e_latency": rec.e2e_latency,
+            "request_ts": rec.request_ts,
+            "commit_ts": rec.commit_ts,
+            **rec.request,
+        }
+        if include_ids:
+            item.update(bridge_ids=rec.bridge_ids, output_ids=rec.output_ids,
+                        logprobs=rec.logprobs)
+        records.append(item)
+    body: dict[str, Any] = {
+        "session_id": session.session_id,
+        "records": records,
+        "page": {"offset": offset, "limit": limit, "total": len(session.records),
+                 "next_offset": end if end < len(session.records) else None},
+        "metadata": {
+            "session_version": session.version,
+            "family": gateway.renderer.family,
+            "num_turns": len(session.records),
+            "num_messages": len(session.messages),
+            "num_tokens": session.num_tokens,
+            "turn_in_progress": session.in_flight,
+            "created_at": session.created_at,
+            "last_active": session.last_active,
+        },
+    }
+    if _flag(request, "include_messages"):
+        body["messages"] = session.messages[offset : offset + limit]  # message indices
+    return json_response(body)
+
+
+async def delete_session(gateway: Gateway, request: Request) -> Response:
+    gateway.store.delete(request.path_params["session_id"])
+    return Response(status_code=204)
+
+
+async def samples(gateway: Gateway, request: Request) -> Response:
+    session = gateway.session(request.path_params["session_id"])
+    data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
+    if not isinstance(data, dict):
+        raise BadRequest("samples body must be a JSON object")
+    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
+    if unknown:
+        raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
+    max_seq_len = data.get("max_seq_len")
+    if max_seq_len is not None and (not isinstance(max_seq_len, int)
+                                    or isinstance(max_seq_len, bool) or max_seq_len < 1):
+        raise BadRequest("max_seq_len must be a positive integer or null")
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest("metadata must be an object")
+    include_response = data.get("include_response", True)
+    if not isinstance(include_response, bool):
+        raise BadRequest("include_response must be true or false")
+    payload = gateway.samples_payload(session, max_seq_len, metadata,
+                                      include_response=include_response)
+    return Response(payload, media_type="application/octet-stream")
+
+
+async def unknown_session_route(gateway: Gateway, request: Request) -> Response:
+    gateway.session(request.path_params["session_id"])
+    raise NotFound(f"no route {request.method} {request.url.path}", code="unknown_route")
+
+
+API = Api(
+    name="sessions",
+    status_of=openai.API.status_of,
+    error_response=openai.API.error_response,
+    routes=[
+        ("/health", health, ["GET"]),
+        ("/metrics", metrics, ["GET"]),
+        ("/sessions", create_session, ["POST"]),
+        ("/sessions/{session_id}", get_session, ["GET"]),
+        ("/sessions/{session_id}", delete_session, ["DELETE"]),
+        ("/sessions/{session_id}/samples", samples, ["POST"]),
+    ],
+)
+CATCH_ALL = ("/sessions/{session_id}/{path:path}", unknown_session_route,
+             ["GET", "POST", "PUT", "DELETE", "PATCH"])
+"""Last route: a known session with an unknown path is 404 ``unknown_route``."""

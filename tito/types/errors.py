@@ -1,0 +1,128 @@
+"""Errors of the core, with a *kind* and no transport.
+
+Every error the gateway reports is a :class:`TitoError`: a :class:`ErrorKind` (what went
+wrong, in transport-neutral terms), a stable snake_case ``code`` and a human ``message``.
+The core raises them without knowing about HTTP; each API module maps the kind to its own
+status and error envelope (``tito/server/openai/errors.py``), and the CLI maps
+:attr:`ErrorKind.CONFIG` to exit status 2.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure an error is; the API layer turns it into a status."""
+
+    INVALID_REQUEST = "invalid_request"
+    """The request is malformed or asks for something unsupported."""
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    CONFLICT = "conflict"
+    """The request is valid but the session's state forbids it now."""
+    TOO_LARGE = "too_large"
+    UNPROCESSABLE = "unprocessable"
+    """A deterministic failure on valid input (e.g. sample assembly)."""
+    OVER_CAPACITY = "over_capacity"
+    ENGINE_FAILED = "engine_failed"
+    """The engine failed or answered something unusable."""
+    ENGINE_TIMEOUT = "engine_timeout"
+    ENGINE_REJECTED = "engine_rejected"
+    """The engine refused the request itself (its own 4xx)."""
+    CONFIG = "config"
+    """A startup configuration error (flags, files); never caused by a request."""
+    INTERNAL = "internal"
+    """A bug on our side (or in a trusted plug-in such as a custom matcher)."""
+
+
+class TitoError(Exception):
+    """Base class: ``kind`` classifies the failure, ``code`` is a stable snake_case id."""
+
+    kind: ErrorKind = ErrorKind.INTERNAL
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(TitoError):
+    kind = ErrorKind.INVALID_REQUEST
+    code = "invalid_request"
+
+
+class NotFound(TitoError):
+    kind = ErrorKind.NOT_FOUND
+    code = "not_found"
+
+
+class MethodNotAllowed(TitoError):
+    kind = ErrorKind.METHOD_NOT_ALLOWED
+    code = "method_not_allowed"
+
+
+class Conflict(TitoError):
+    kind = ErrorKind.CONFLICT
+    code = "conflict"
+
+
+class PayloadTooLarge(TitoError):
+    kind = ErrorKind.TOO_LARGE
+    code = "payload_too_large"
+
+
+class AssemblyError(TitoError):
+    """A deterministic failure while assembling samples."""
+
+    kind = ErrorKind.UNPROCESSABLE
+    code = "assembly_failed"
+
+
+class OverCapacity(TitoError):
+    kind = ErrorKind.OVER_CAPACITY
+    code = "over_capacity"
+
+
+class TokenizationError(TitoError):
+    """The renderer could not produce ids for a request (template or bridge failure)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    code = "tokenization_failed"
+
+
+class ConfigError(TitoError):
+    """Bad startup configuration: a flag, a flag combination, a file (CLI exit 2)."""
+
+    kind = ErrorKind.CONFIG
+    code = "invalid_config"
+
+
+class EngineError(TitoError):
+    """The inference engine failed or answered something we cannot use."""
+
+    kind = ErrorKind.ENGINE_FAILED
+    code = "engine_error"
+
+
+class EngineTimeout(EngineError):
+    kind = ErrorKind.ENGINE_TIMEOUT
+    code = "engine_timeout"
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request itself (its own 4xx), e.g. a prompt over its context.
+
+    ``engine_status`` is the engine's own status; the session is left unchanged so the
+    agent can react.
+    """
+
+    kind = ErrorKind.ENGINE_REJECTED
+    code = "engine_rejected"
+
+    def __init__(self, message: str, *, engine_status: int = 400,
+                 code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.engine_status = engine_status
