@@ -66,6 +66,25 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_INT = frozenset({int})
+_NUMBER = frozenset({float, int})
+
+
+def _well_formed_logprobs(lp: list[Any], output_ids: list[int]) -> list[float] | None:
+    """The logprobs of ``lp`` when every entry is a well-formed ``[float, id(, text)]``
+    for its output id (checked in C-level passes); None: check entry by entry."""
+    if set(map(type, lp)) != {list} or not set(map(len, lp)) <= {2, 3}:
+        return None
+    tokens = [entry[1] for entry in lp]
+    values = [entry[0] for entry in lp]
+    if tokens != output_ids or not set(map(type, tokens)) <= _INT:
+        return None
+    kinds = set(map(type, values))
+    if not kinds <= _NUMBER:
+        return None
+    return values if kinds == {float} else [float(v) for v in values]
+
+
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -120,6 +139,8 @@ class _Reply:
         output_ids = data.get("output_ids")
         if not isinstance(output_ids, list):
             raise EngineError(f"engine reply for {self.rid} has no output_ids")
+        if set(map(type, output_ids)) <= _INT:  # every turn: one C-level pass
+            return output_ids
         for i, tok in enumerate(output_ids):
             if not _is_int(tok):
                 raise self.error(f"output_ids[{i}] is {_kind(tok)} {tok!r}, not a token id")
@@ -134,6 +155,9 @@ class _Reply:
             )
         if len(lp) != len(output_ids):
             raise self.error(f"{len(lp)} output_token_logprobs for {len(output_ids)} output_ids")
+        fast = _well_formed_logprobs(lp, output_ids)
+        if fast is not None:
+            return fast
         return [self._logprob(i, entry, tid)
                 for i, (entry, tid) in enumerate(zip(lp, output_ids, strict=True))]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from tito.server.openai.models import ErrorBody, ErrorDetail
+from tito.server.openai.models import ERROR_BODY
 from tito.types.errors import EngineRejected, ErrorKind, TitoError
 
 STATUS: dict[ErrorKind, int] = {
@@ -42,7 +42,7 @@ def status_of(exc: TitoError) -> int:
 
 def error_response(exc: TitoError, status: int | None = None) -> Response:
     """``exc`` in OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``."""
-    body = ErrorBody(error=ErrorDetail(message=exc.message, code=exc.code,
-                                       type=TYPE.get(exc.kind, "invalid_request_error")))
-    return Response(body.model_dump_json(), status_code=status or status_of(exc),
-                    media_type="application/json")
+    body = ERROR_BODY.dump({"error": {
+        "message": exc.message, "type": TYPE.get(exc.kind, "invalid_request_error"),
+        "code": exc.code, "param": None}})
+    return Response(body, status_code=status or status_of(exc), media_type="application/json")

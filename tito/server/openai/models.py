@@ -9,11 +9,14 @@ accepted and ignored, as OpenAI-compatible servers do; fields TITO owns (``input
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, NotRequired, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from typing_extensions import TypedDict
 
 from tito.types.errors import BadRequest
+
+T = TypeVar("T")
 
 
 class _Open(BaseModel):
@@ -169,50 +172,49 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None
 
 
 # -- responses ---------------------------------------------------------------------------
-def _absent_if_none(value: object) -> bool:
-    return value is None
-
-
-class FunctionCallOut(BaseModel):
+# TypedDicts: mypy checks every key the serving module writes, and pydantic validates and
+# serializes them through the TypeAdapters below without building objects (a turn's
+# response costs a few microseconds, like the request's validation).
+class FunctionCallOut(TypedDict):
     name: str
     arguments: str
     """JSON text, as OpenAI sends it."""
 
 
-class ToolCallOut(BaseModel):
+class ToolCallOut(TypedDict):
     id: str
-    type: Literal["function"] = "function"
+    type: Literal["function"]
     function: FunctionCallOut
 
 
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
+class AssistantMessage(TypedDict):
+    role: Literal["assistant"]
     content: str | None
-    reasoning_content: str | None = Field(default=None, exclude_if=_absent_if_none)
-    tool_calls: list[ToolCallOut] | None = Field(default=None, exclude_if=_absent_if_none)
+    reasoning_content: NotRequired[str]
+    tool_calls: NotRequired[list[ToolCallOut]]
 
 
-class Choice(BaseModel):
-    index: int = 0
+class Choice(TypedDict):
+    index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: None
     finish_reason: str
 
 
-class PromptTokensDetails(BaseModel):
-    cached_tokens: int = 0
+class PromptTokensDetails(TypedDict):
+    cached_tokens: int
 
 
-class Usage(BaseModel):
+class Usage(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
 
 
-class ChatCompletion(BaseModel):
+class ChatCompletion(TypedDict):
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: Literal["chat.completion"]
     created: int
     model: str
     choices: list[Choice]
@@ -223,50 +225,66 @@ class ToolCallDelta(ToolCallOut):
     index: int
 
 
-class ChoiceDelta(BaseModel):
-    role: Literal["assistant"] = "assistant"
+class ChoiceDelta(TypedDict):
+    role: Literal["assistant"]
     content: str | None
-    reasoning_content: str | None = Field(default=None, exclude_if=_absent_if_none)
-    tool_calls: list[ToolCallDelta] | None = Field(default=None, exclude_if=_absent_if_none)
+    reasoning_content: NotRequired[str]
+    tool_calls: NotRequired[list[ToolCallDelta]]
 
 
-class ChunkChoice(BaseModel):
-    index: int = 0
+class ChunkChoice(TypedDict):
+    index: int
     delta: ChoiceDelta
-    logprobs: None = None
+    logprobs: None
     finish_reason: str | None
 
 
-class ChatCompletionChunk(BaseModel):
+class ChatCompletionChunk(TypedDict):
     id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    object: Literal["chat.completion.chunk"]
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = Field(default=None, exclude_if=_absent_if_none)
+    usage: NotRequired[Usage]
 
 
-class ModelCard(BaseModel):
+class ModelCard(TypedDict):
     id: str
-    object: Literal["model"] = "model"
+    object: Literal["model"]
     created: int
-    owned_by: str = "tito"
+    owned_by: str
     max_model_len: int | None
 
 
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
+class ModelList(TypedDict):
+    object: Literal["list"]
     data: list[ModelCard]
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(TypedDict):
     message: str
     type: str
     code: str
-    param: str | None = None
+    param: str | None
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(TypedDict):
     """OpenAI's error envelope: ``{"error": {"message", "type", "code", "param"}}``."""
 
     error: ErrorDetail
+
+
+class Wire(Generic[T]):
+    """A response type on the wire: validated, then serialized to JSON bytes."""
+
+    def __init__(self, kind: type[T]) -> None:
+        self.adapter: TypeAdapter[T] = TypeAdapter(kind)
+
+    def dump(self, value: T) -> bytes:
+        return self.adapter.dump_json(self.adapter.validate_python(value, strict=True))
+
+
+CHAT_COMPLETION = Wire(ChatCompletion)
+CHAT_COMPLETION_CHUNK = Wire(ChatCompletionChunk)
+MODEL_LIST = Wire(ModelList)
+ERROR_BODY = Wire(ErrorBody)

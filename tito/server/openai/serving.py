@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -20,18 +20,17 @@ from starlette.responses import Response, StreamingResponse
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import read_json
 from tito.server.openai.models import (
+    CHAT_COMPLETION,
+    CHAT_COMPLETION_CHUNK,
+    MODEL_LIST,
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
-    Choice,
     ChoiceDelta,
     ChunkChoice,
-    ModelCard,
     ModelList,
-    PromptTokensDetails,
-    ToolCallDelta,
-    Usage,
+    ToolCallOut,
     parse_chat_request,
 )
 from tito.types.engine import SamplingParams
@@ -76,29 +75,28 @@ def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> 
 
 
 # -- outcome -> response -----------------------------------------------------------------
-def usage(outcome: TurnOutcome) -> Usage:
-    completion = len(outcome.result.output_ids)
-    return Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=completion,
-                 total_tokens=outcome.prompt_tokens + completion,
-                 prompt_tokens_details=PromptTokensDetails(
-                     cached_tokens=outcome.result.cached_tokens))
-
-
 def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
+    """The ``chat.completion`` of a turn."""
     parsed = outcome.parsed
-    message = AssistantMessage.model_validate({
-        "content": parsed.content, "reasoning_content": parsed.reasoning_content,
-        "tool_calls": parsed.tool_calls or None,
-    })
-    return ChatCompletion(
-        id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=model,
-        choices=[Choice(message=message, finish_reason=parsed.finish_reason)],
-        usage=usage(outcome),
-    )
+    message: AssistantMessage = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning_content is not None:
+        message["reasoning_content"] = parsed.reasoning_content
+    if parsed.tool_calls:
+        message["tool_calls"] = cast("list[ToolCallOut]", parsed.tool_calls)
+    generated = len(outcome.result.output_ids)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+        "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": parsed.finish_reason}],
+        "usage": {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": generated,
+                  "total_tokens": outcome.prompt_tokens + generated,
+                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens}},
+    }
 
 
 def _sse(chunk: ChatCompletionChunk) -> bytes:
-    return b"data: " + chunk.model_dump_json().encode() + b"\n\n"
+    return b"data: " + CHAT_COMPLETION_CHUNK.dump(chunk) + b"\n\n"
 
 
 async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncIterator[bytes]:
@@ -107,17 +105,26 @@ async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncItera
     Generation is not streamed token by token: TITO needs the complete output ids before
     it can parse and commit the turn, so the stream carries the finished message at once.
     """
-    choice = body.choices[0]
-    message = choice.message
-    calls = [ToolCallDelta(index=i, **call.model_dump())
-             for i, call in enumerate(message.tool_calls or [])]
-    delta = ChoiceDelta(content=message.content, reasoning_content=message.reasoning_content,
-                        tool_calls=calls or None)
-    head: dict[str, Any] = {"id": body.id, "created": body.created, "model": body.model}
-    yield _sse(ChatCompletionChunk(**head, choices=[
-        ChunkChoice(delta=delta, finish_reason=choice.finish_reason)]))
+    choice = body["choices"][0]
+    message = choice["message"]
+    delta: ChoiceDelta = {"role": "assistant", "content": message["content"]}
+    if "reasoning_content" in message:
+        delta["reasoning_content"] = message["reasoning_content"]
+    if "tool_calls" in message:
+        delta["tool_calls"] = [{"index": i, "id": call["id"], "type": call["type"],
+                                "function": call["function"]}
+                               for i, call in enumerate(message["tool_calls"])]
+
+    def chunk(choices: list[ChunkChoice]) -> ChatCompletionChunk:
+        return {"id": body["id"], "object": "chat.completion.chunk",
+                "created": body["created"], "model": body["model"], "choices": choices}
+
+    yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": None,
+                       "finish_reason": choice["finish_reason"]}]))
     if include_usage:
-        yield _sse(ChatCompletionChunk(**head, choices=[], usage=body.usage))
+        last = chunk([])
+        last["usage"] = body["usage"]
+        yield _sse(last)
     yield b"data: [DONE]\n\n"
 
 
@@ -135,11 +142,12 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
                                  media_type="text/event-stream",
                                  headers={"cache-control": "no-cache",
                                           "x-accel-buffering": "no"})
-    return Response(body.model_dump_json(), media_type=JSON)
+    return Response(CHAT_COMPLETION.dump(body), media_type=JSON)
 
 
 async def list_models(gateway: Gateway, request: Request) -> Response:
     gateway.session(request.path_params["session_id"])
-    card = ModelCard(id=gateway.model_name, created=int(gateway.started_at),
-                     max_model_len=gateway.config.max_seq_len)
-    return Response(ModelList(data=[card]).model_dump_json(), media_type=JSON)
+    body: ModelList = {"object": "list", "data": [{
+        "id": gateway.model_name, "object": "model", "created": int(gateway.started_at),
+        "owned_by": "tito", "max_model_len": gateway.config.max_seq_len}]}
+    return Response(MODEL_LIST.dump(body), media_type=JSON)

@@ -1,0 +1,70 @@
+"""The stack builder (tito.stack): what `tito serve`, `tito rollout` and the demo start."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import children
+import httpx
+import pytest
+
+from tito.config import ServerConfig
+from tito.stack import start_stack
+from tito.types.errors import ConfigError
+
+
+def config(qwen3_dir: Path, **overrides: object) -> ServerConfig:
+    base: dict[str, object] = {"tokenizer": str(qwen3_dir), "family": "qwen3",
+                               "engine": "sglang", "engine_url": "http://127.0.0.1:9",
+                               "port": 0, "log_level": "warning"}
+    return ServerConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.mark.parametrize("access_log", [True, False])
+async def test_access_log_is_one_line_per_request_when_asked(qwen3_dir: Path,
+                                                             access_log: bool) -> None:
+    stack = await start_stack(config(qwen3_dir, access_log=access_log, log_level="info"))
+    access = logging.getLogger("uvicorn.access")
+    # uvicorn logs access lines only while that logger has handlers (off: it has none)
+    assert access.hasHandlers() is access_log
+    records = Records()
+    if access_log:
+        access.addHandler(records)
+    try:
+        async with httpx.AsyncClient(base_url=stack.url) as http:
+            assert (await http.get("/health")).status_code == 200
+            assert (await http.get("/sessions/nope")).status_code == 404
+    finally:
+        access.removeHandler(records)
+        await stack.close()
+    if access_log:
+        assert len(records.lines) == 2
+        assert "GET /health" in records.lines[0] and "200" in records.lines[0]
+        assert "GET /sessions/nope" in records.lines[1] and "404" in records.lines[1]
+    else:
+        assert records.lines == []
+
+
+async def test_a_failed_start_stops_the_mock_engine_it_spawned(qwen3_dir: Path) -> None:
+    """--strict-template with the shipped (not append-only) template: the stack refuses,
+    and the `tito mock-engine` child it had started is stopped again."""
+    before = children.of_this_process()
+    with pytest.raises(ConfigError, match="append-only self-check"):
+        await start_stack(config(qwen3_dir, family="default", engine="mock", engine_url=None,
+                                 strict_template=True))
+    assert children.of_this_process() == before
+
+
+async def test_config_errors_come_before_anything_starts(qwen3_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="--engine sglang needs --engine-url"):
+        await start_stack(config(qwen3_dir, engine_url=None))
