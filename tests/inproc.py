@@ -11,7 +11,7 @@ from tito.server.gateway import Gateway
 
 def asgi_client(gateway: Gateway) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(gateway)),
-                             base_url="http://tito", timeout=10)
+                             base_url="http://127.0.0.1", timeout=10)
 
 
 async def new_session(http: httpx.AsyncClient) -> str:
@@ -22,5 +22,5 @@ async def new_session(http: httpx.AsyncClient) -> str:
 
 def openai_for(http: httpx.AsyncClient, sid: str) -> openai.AsyncOpenAI:
     """The real openai SDK, talking to the in-process app."""
-    return openai.AsyncOpenAI(base_url=f"http://tito/sessions/{sid}/v1", api_key="unused",
+    return openai.AsyncOpenAI(base_url=f"http://127.0.0.1/sessions/{sid}/v1", api_key="unused",
                               max_retries=0, http_client=http)

@@ -34,7 +34,7 @@ def open_connection(url: str) -> Iterator[socket.socket]:
     parts = urlsplit(url)
     assert parts.hostname is not None and parts.port is not None
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as conn:
-        conn.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\n")
+        conn.sendall(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: keep-alive\r\n\r\n")
         assert conn.recv(65536).startswith(b"HTTP/1.1 200")
         yield conn
 

@@ -34,6 +34,10 @@ class ServerConfig:
     engine_timeout: float = 600.0
     served_model_name: str | None = None
     strict_template: bool = False
+    api_key: str | None = None
+    """Required as ``Authorization: Bearer KEY`` on every route but ``/health``."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """``Host`` names served (``*``: any); None: loopback names and ``host``."""
     access_log: bool = False
     """One log line per HTTP request (uvicorn's access log)."""
     log_level: str = "info"

@@ -101,7 +101,7 @@ async def test_agent_exception_propagates_and_session_is_deleted(
     async with SessionTracer(urls[1]) as tracer:
         with pytest.raises(ValueError, match="the agent broke"):
             await generate(agent, PROMPT, {"max_new_tokens": 16}, tracer=tracer)
-    assert httpx.get(bases[0]).status_code == 404
+    assert httpx.get(bases[0]).status_code == 410  # deleted
 
 
 async def test_non_dict_result_is_a_type_error(urls: tuple[str, str]) -> None:
@@ -114,7 +114,7 @@ async def test_non_dict_result_is_a_type_error(urls: tuple[str, str]) -> None:
     async with SessionTracer(urls[1]) as tracer:
         with pytest.raises(TypeError, match="must return a dict or None"):
             await generate(agent, PROMPT, None, tracer=tracer)
-    assert httpx.get(bases[0]).status_code == 404
+    assert httpx.get(bases[0]).status_code == 410  # deleted
 
 
 async def test_zero_turn_agent_gives_aborted_sample_with_empty_reason(
@@ -132,7 +132,7 @@ async def test_zero_turn_agent_gives_aborted_sample_with_empty_reason(
     assert sample.metadata["id"] == "q3" and sample.metadata["num_turns"] == 0
     assert sample.response_length == 0 and len(sample.tokens) == 0
     assert sample.reward == 0.0
-    assert httpx.get(bases[0]).status_code == 404
+    assert httpx.get(bases[0]).status_code == 410  # deleted
 
 
 async def test_last_turn_cut_by_length_is_no_strict_mismatch(urls: tuple[str, str]) -> None:
@@ -164,4 +164,4 @@ async def test_collect_timeout_gives_aborted_sample(urls: tuple[str, str]) -> No
     [sample] = decoded.samples
     assert sample.status == "aborted"
     assert sample.metadata["aborted_reason"].startswith("collect failed")
-    assert httpx.get(session.base_url).status_code == 404
+    assert httpx.get(session.base_url).status_code == 410  # deleted

@@ -97,8 +97,13 @@ async def test_session_lifecycle_and_models(client: httpx.AsyncClient) -> None:
     models = (await client.get(f"/sessions/{sid}/v1/models")).json()
     assert models["object"] == "list" and models["data"][0]["id"] == "tito-qwen3"
     assert (await client.delete(f"/sessions/{sid}")).status_code == 204
-    assert_openai_error(await client.get(f"/sessions/{sid}"), 404, "session_not_found")
-    assert_openai_error(await client.delete(f"/sessions/{sid}"), 404, "session_not_found")
+    # a late call is told its trajectory was collected (410), not that it never existed
+    error = assert_openai_error(await client.get(f"/sessions/{sid}"), 410, "session_gone")
+    assert "was deleted" in error["message"]
+    assert_openai_error(await client.delete(f"/sessions/{sid}"), 410, "session_gone")
+    resp = await chat(client, sid, USER)
+    assert_openai_error(resp, 410, "session_gone")
+    assert_openai_error(await client.get("/sessions/" + "e" * 32), 404, "session_not_found")
 
 
 async def test_health_and_metrics(client: httpx.AsyncClient) -> None:

@@ -321,8 +321,9 @@ def test_session_lifecycle_models_health_metrics(stack: Any) -> None:
     info = httpx.get(f"{gateway.url}/sessions/{sid}").json()
     assert info["records"] == [] and info["session_id"] == sid
     assert httpx.delete(f"{gateway.url}/sessions/{sid}").status_code == 204
-    assert httpx.delete(f"{gateway.url}/sessions/{sid}").status_code == 404
-    assert httpx.get(f"{gateway.url}/sessions/{sid}").status_code == 404
+    assert httpx.delete(f"{gateway.url}/sessions/{sid}").status_code == 410
+    gone = httpx.get(f"{gateway.url}/sessions/{sid}")
+    assert gone.status_code == 410 and gone.json()["error"]["code"] == "session_gone"
     metrics = httpx.get(gateway.url + "/metrics").text
     assert "tito_sessions_created_total" in metrics and "tito_errors_total" in metrics
 

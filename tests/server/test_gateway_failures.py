@@ -63,7 +63,7 @@ async def test_delete_during_turn(slow_stack: Any) -> None:
         await asyncio.sleep(0.15)
         assert (await client.delete(f"{gateway.url}/sessions/{sid}")).status_code == 204
         assert (await turn).status_code == 200  # the agent still gets its reply
-        assert (await client.get(f"{gateway.url}/sessions/{sid}")).status_code == 404
+        assert (await client.get(f"{gateway.url}/sessions/{sid}")).status_code == 410
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from tito.render import build_renderer
 from tito.session.linear import LinearSession
 from tito.session.matchers import strict
 from tito.session.store import SessionStore
-from tito.types.errors import NotFound, OverCapacity
+from tito.types.errors import Gone, NotFound, OverCapacity
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_cap_refuses_a_new_session_unless_one_is_idle(store_factory: Any) -> Non
     c = store.create()
     assert len(store) == 2 and store.expired_total == 1
     assert a.closed and not b.closed and store.get(c.session_id) is c
-    with pytest.raises(NotFound):
+    with pytest.raises(Gone, match="expired after 60 s idle"):
         store.get(a.session_id)
 
 
@@ -59,8 +59,23 @@ def test_delete_closes_and_forgets(store_factory: Any) -> None:
     session = store.create()
     store.delete(session.session_id)
     assert session.closed and len(store) == 0
-    with pytest.raises(NotFound, match=session.session_id):
+    with pytest.raises(Gone, match=f"{session.session_id} was deleted"):
         store.delete(session.session_id)
+    with pytest.raises(NotFound, match="session not found"):
+        store.get("f" * 32)
+
+
+def test_tombstones_are_bounded(store_factory: Any) -> None:
+    store = store_factory(max_sessions=10)
+    store.max_tombstones = 2
+    ids = [store.create().session_id for _ in range(3)]
+    for sid in ids:
+        store.delete(sid)
+    with pytest.raises(NotFound):  # the oldest tombstone was dropped
+        store.get(ids[0])
+    for sid in ids[1:]:
+        with pytest.raises(Gone):
+            store.get(sid)
 
 
 async def test_cap_is_429_over_http(make_gateway: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from tito.config import ServerConfig
@@ -53,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model name reported in responses (default tito-<family>)")
     p.add_argument("--strict-template", action="store_true",
                    help="refuse to start when the append-only self-check fails")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every route but /health "
+                        "(default: $TITO_API_KEY; unset: no key)")
+    p.add_argument("--allowed-hosts", default=None, metavar="H1,H2",
+                   help="Host header names served, comma-separated ('*': any); default: "
+                        "127.0.0.1, localhost, ::1 and --host")
     p.add_argument("--access-log", action="store_true",
                    help="log one line per HTTP request (method, path, status)")
     p.add_argument("--log-level", default="info",
@@ -71,6 +78,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         session_ttl=args.session_ttl, max_body_bytes=args.max_body_bytes,
         engine_timeout=args.engine_timeout, served_model_name=args.served_model_name,
         strict_template=args.strict_template, access_log=args.access_log,
+        api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
+        allowed_hosts=None if args.allowed_hosts is None else
+        tuple(args.allowed_hosts.split(",")),
         log_level=args.log_level,
     )
 

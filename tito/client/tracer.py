@@ -9,6 +9,7 @@ the trajectory into one ABORTED sample; any other failure raises.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -42,10 +43,15 @@ def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sampl
 
 class SessionTracer:
     def __init__(self, gateway_url: str, *, timeout: float = 120.0,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: httpx.AsyncClient | None = None,
+                 api_key: str | None = None) -> None:
+        """``api_key``: the gateway's ``--api-key`` (default: ``$TITO_API_KEY``), sent as
+        ``Authorization: Bearer`` by a client the tracer creates."""
         self.gateway_url = gateway_url.rstrip("/")
         self.timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout)
+        key = api_key if api_key is not None else os.environ.get("TITO_API_KEY")
+        headers = {"authorization": f"Bearer {key}"} if key else None
+        self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers)
         self._owns_client = client is None
 
     async def __aenter__(self) -> Self:

@@ -13,11 +13,13 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tito.server import openai, sessions
 from tito.server.api import Api
+from tito.server.door import Door
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
@@ -53,4 +55,4 @@ def create_app(gateway: Gateway) -> Starlette:
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan)
+                     middleware=[Middleware(Door, gateway=gateway)], lifespan=lifespan)

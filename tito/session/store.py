@@ -1,22 +1,33 @@
-"""The live sessions of one gateway: creation, lookup, deletion, cap and idle TTL."""
+"""The live sessions of one gateway: creation, lookup, deletion, cap and idle TTL.
+
+A deleted or expired session leaves a *tombstone* (a bounded, oldest-first list of ids),
+so a late call is told 410 Gone — its trajectory was collected or expired — rather than
+404 for an id that never existed.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 
 from tito.session.linear import LinearSession
-from tito.types.errors import NotFound, OverCapacity
+from tito.types.errors import Gone, NotFound, OverCapacity
+
+MAX_TOMBSTONES = 100_000
+"""Ids of deleted/expired sessions remembered (about 10 MB at the cap)."""
 
 
 class SessionStore:
     def __init__(self, factory: Callable[[str], LinearSession], *, max_sessions: int,
-                 idle_ttl: float) -> None:
+                 idle_ttl: float, max_tombstones: int = MAX_TOMBSTONES) -> None:
         self._factory = factory
         self._sessions: dict[str, LinearSession] = {}
+        self._tombstones: OrderedDict[str, str] = OrderedDict()
         self.max_sessions = max_sessions
         self.idle_ttl = idle_ttl
+        self.max_tombstones = max_tombstones
         self.expired_total = 0
 
     def __len__(self) -> int:
@@ -39,14 +50,17 @@ class SessionStore:
     def get(self, session_id: str) -> LinearSession:
         session = self._sessions.get(session_id)
         if session is None or session.closed:
+            reason = self._tombstones.get(session_id)
+            if reason is not None:
+                raise Gone(f"session {session_id} was {reason}; its trajectory is no longer "
+                           "held by the gateway")
             raise NotFound(f"session not found: session_id={session_id}",
                            code="session_not_found")
         return session
 
     def delete(self, session_id: str) -> None:
-        session = self.get(session_id)
-        session.closed = True
-        del self._sessions[session_id]
+        self.get(session_id)
+        self._forget(session_id, "deleted")
 
     def evict_idle(self, now: float | None = None) -> int:
         """Drop sessions idle for longer than the TTL (never one with a turn in flight)."""
@@ -54,9 +68,15 @@ class SessionStore:
         stale = [sid for sid, s in self._sessions.items()
                  if not s.in_flight and now - s.last_active > self.idle_ttl]
         for sid in stale:
-            self._sessions.pop(sid).closed = True
+            self._forget(sid, f"expired after {self.idle_ttl:g} s idle (--session-ttl)")
         self.expired_total += len(stale)
         return len(stale)
+
+    def _forget(self, session_id: str, reason: str) -> None:
+        self._sessions.pop(session_id).closed = True
+        self._tombstones[session_id] = reason
+        while len(self._tombstones) > self.max_tombstones:
+            self._tombstones.popitem(last=False)
 
     def values(self) -> list[LinearSession]:
         return list(self._sessions.values())

@@ -17,7 +17,14 @@ class ErrorKind(StrEnum):
 
     INVALID_REQUEST = "invalid_request"
     """The request is malformed or asks for something unsupported."""
+    UNAUTHORIZED = "unauthorized"
+    """No or a wrong API key."""
+    FORBIDDEN = "forbidden"
+    """A request from a web page of another origin."""
     NOT_FOUND = "not_found"
+    GONE = "gone"
+    """The session existed and was deleted or expired."""
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
     """The request is valid but the session's state forbids it now."""
@@ -57,6 +64,26 @@ class BadRequest(TitoError):
 class NotFound(TitoError):
     kind = ErrorKind.NOT_FOUND
     code = "not_found"
+
+
+class Unauthorized(TitoError):
+    kind = ErrorKind.UNAUTHORIZED
+    code = "invalid_api_key"
+
+
+class Forbidden(TitoError):
+    kind = ErrorKind.FORBIDDEN
+    code = "forbidden"
+
+
+class Gone(TitoError):
+    kind = ErrorKind.GONE
+    code = "session_gone"
+
+
+class UnsupportedMediaType(TitoError):
+    kind = ErrorKind.UNSUPPORTED_MEDIA_TYPE
+    code = "unsupported_media_type"
 
 
 class MethodNotAllowed(TitoError):

@@ -9,7 +9,11 @@ from tito.types.errors import EngineRejected, ErrorKind, TitoError
 
 STATUS: dict[ErrorKind, int] = {
     ErrorKind.INVALID_REQUEST: 400,
+    ErrorKind.UNAUTHORIZED: 401,
+    ErrorKind.FORBIDDEN: 403,
     ErrorKind.NOT_FOUND: 404,
+    ErrorKind.GONE: 410,
+    ErrorKind.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorKind.METHOD_NOT_ALLOWED: 405,
     ErrorKind.CONFLICT: 409,
     ErrorKind.TOO_LARGE: 413,
@@ -24,7 +28,10 @@ STATUS: dict[ErrorKind, int] = {
 """HTTP status of each kind (an engine's own 4xx is passed through, see :func:`status_of`)."""
 
 TYPE: dict[ErrorKind, str] = {
+    ErrorKind.UNAUTHORIZED: "authentication_error",
+    ErrorKind.FORBIDDEN: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
+    ErrorKind.GONE: "not_found_error",
     ErrorKind.OVER_CAPACITY: "rate_limit_error",
     ErrorKind.INTERNAL: "server_error",
     ErrorKind.CONFIG: "server_error",

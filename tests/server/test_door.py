@@ -1,0 +1,123 @@
+"""The door: API key, Host allow-list, cross-origin refusal, JSON-only bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from inproc import asgi_client
+
+from tito import CollectError
+from tito.samples import decode_samples
+
+KEY = "s3cret-key"
+
+
+def client(make_gateway: Any, **config: Any) -> httpx.AsyncClient:
+    return asgi_client(make_gateway(**config))
+
+
+async def test_api_key_is_required_everywhere_but_health(make_gateway: Any) -> None:
+    async with client(make_gateway, api_key=KEY) as http:
+        assert (await http.get("/health")).status_code == 200
+        for method, path in [("POST", "/sessions"), ("GET", "/metrics"),
+                             ("GET", "/sessions/" + "0" * 32)]:
+            resp = await http.request(method, path)
+            assert resp.status_code == 401, (method, path)
+            assert resp.json()["error"]["code"] == "invalid_api_key"
+            assert resp.json()["error"]["type"] == "authentication_error"
+        wrong = await http.post("/sessions", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = await http.post("/sessions", headers={"authorization": f"Bearer {KEY}"})
+        assert ok.status_code == 200
+        sid = ok.json()["session_id"]
+        assert (await http.post("/sessions", headers={"x-api-key": KEY})).status_code == 200
+        # the openai SDK sends its api_key as the bearer token
+        sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1/sessions/{sid}/v1", api_key=KEY,
+                                 max_retries=0, http_client=http)
+        reply = await sdk.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content == "ok"
+        bad = openai.AsyncOpenAI(base_url=f"http://127.0.0.1/sessions/{sid}/v1",
+                                 api_key="wrong", max_retries=0, http_client=http)
+        with pytest.raises(openai.AuthenticationError):
+            await bad.chat.completions.create(model="m",
+                                              messages=[{"role": "user", "content": "hi"}])
+        resp = await http.post(f"/sessions/{sid}/samples", json={},
+                               headers={"authorization": f"Bearer {KEY}"})
+        assert decode_samples(resp.content).samples[0].response_length > 0
+        metrics = await http.get("/metrics", headers={"authorization": f"Bearer {KEY}"})
+        assert 'tito_errors_total{status="401",code="invalid_api_key"}' in metrics.text
+
+
+async def test_tracer_sends_the_key(make_gateway: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a real socket: the tracer reads $TITO_API_KEY (or takes api_key=)."""
+    from tito import SessionTracer
+    from tito.net import AppServer, bind_tcp
+    from tito.server.app import create_app
+
+    server = AppServer(create_app(make_gateway(api_key=KEY)), bind_tcp("127.0.0.1", 0))
+    await server.start()
+    try:
+        async with SessionTracer(server.url, api_key="wrong") as tracer:
+            with pytest.raises(CollectError, match="401"):
+                await tracer.create()
+        monkeypatch.setenv("TITO_API_KEY", KEY)
+        async with SessionTracer(server.url) as tracer:
+            session = await tracer.create()
+            samples = await tracer.collect(session)
+            assert samples.empty_reason == "no_records"
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize(("host", "status"), [
+    ("127.0.0.1:8000", 200), ("localhost", 200), ("[::1]:8000", 200),
+    ("evil.example", 400), ("127.0.0.1.evil.example", 400),
+])
+async def test_host_must_be_allowed(make_gateway: Any, host: str, status: int) -> None:
+    async with client(make_gateway) as http:
+        resp = await http.get("/health", headers={"host": host})
+        assert resp.status_code == status
+        if status == 400:
+            assert resp.json()["error"]["code"] == "host_not_allowed"
+
+
+async def test_allowed_hosts_option(make_gateway: Any) -> None:
+    async with client(make_gateway, allowed_hosts=("gpu-node-7",)) as http:
+        assert (await http.get("/health", headers={"host": "gpu-node-7:8000"})).status_code \
+            == 200
+        assert (await http.get("/health")).status_code == 400  # 127.0.0.1 not listed
+    async with client(make_gateway, allowed_hosts=("*",)) as http:
+        assert (await http.get("/health", headers={"host": "anything"})).status_code == 200
+
+
+async def test_cross_origin_browser_requests_are_refused(make_gateway: Any) -> None:
+    async with client(make_gateway) as http:
+        resp = await http.post("/sessions", headers={"origin": "https://evil.example"})
+        assert resp.status_code == 403 and resp.json()["error"]["code"] == "cross_origin"
+        same = await http.post("/sessions", headers={"origin": "http://127.0.0.1:8000"})
+        assert same.status_code == 200
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+async def test_non_json_bodies_are_415(make_gateway: Any, content_type: str) -> None:
+    async with client(make_gateway) as http:
+        resp = await http.post("/sessions", content=b"{}",
+                               headers={"content-type": content_type})
+        assert resp.status_code == 415
+        assert resp.json()["error"]["code"] == "unsupported_media_type"
+        sid = (await http.post("/sessions")).json()["session_id"]
+        resp = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                               content=b'{"messages": [{"role": "user", "content": "x"}]}',
+                               headers={"content-type": content_type})
+        assert resp.status_code == 415
+        info = (await http.get(f"/sessions/{sid}")).json()
+        assert info["metadata"]["num_turns"] == 0
+        ok = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                             content=b'{"messages": [{"role": "user", "content": "x"}]}',
+                             headers={"content-type": "application/json; charset=utf-8"})
+        assert ok.status_code == 200

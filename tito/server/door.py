@@ -1,0 +1,110 @@
+"""The door: who may talk to the gateway (design §7, security).
+
+A pure ASGI middleware in front of every route, checked in this order:
+
+1. ``Host`` must name this server (``--allowed-hosts``; loopback names and ``--host`` by
+   default): a DNS-rebinding page cannot reach a gateway on 127.0.0.1 — 400 otherwise.
+2. A request carrying ``Origin`` (a browser) must come from an allowed host: a web page of
+   another origin cannot create sessions or post turns — 403 otherwise.
+3. With ``--api-key`` (or ``TITO_API_KEY``), every route but ``GET /health`` needs
+   ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise.
+4. A request body must be JSON: a ``content-type`` other than ``application/json`` (or
+   ``+json``) is 415, so a cross-site ``text/plain`` form post never reaches a route.
+
+Refusals use the OpenAI error envelope and are counted in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tito.server import openai
+from tito.types.errors import (
+    BadRequest,
+    Forbidden,
+    TitoError,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+
+if TYPE_CHECKING:
+    from tito.server.gateway import Gateway
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_OPEN_PATHS = frozenset({"/health"})
+
+
+def allowed_host_names(configured: Iterable[str] | None, bind_host: str) -> frozenset[str]:
+    """``--allowed-hosts`` as a set (``*`` allows any); default: loopback + ``--host``."""
+    if configured is not None:
+        return frozenset(h.strip().lower() for h in configured if h.strip())
+    names = set(LOOPBACK_HOSTS)
+    if bind_host not in ("", "0.0.0.0", "::"):
+        names.add(bind_host.lower())
+    return frozenset(names)
+
+
+def _host_name(value: str) -> str:
+    """``example.org:8000`` -> ``example.org``; ``[::1]:8000`` -> ``::1``."""
+    return urlsplit("//" + value).hostname or ""
+
+
+class Door:
+    def __init__(self, app: ASGIApp, *, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+        config = gateway.config
+        self.hosts = allowed_host_names(config.allowed_hosts, config.host)
+        self.any_host = "*" in self.hosts
+        self.key = f"Bearer {config.api_key}".encode() if config.api_key else None
+        self.raw_key = config.api_key.encode() if config.api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        error = self.refusal(scope)
+        if error is None:
+            await self.app(scope, receive, send)
+            return
+        status = openai.API.status_of(error)
+        self.gateway.metrics.error(status, error.code)
+        await openai.API.error_response(error, status)(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> TitoError | None:
+        headers = dict(scope["headers"])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.any_host and _host_name(host) not in self.hosts:
+            return BadRequest(f"host {host!r} is not allowed (--allowed-hosts)",
+                              code="host_not_allowed")
+        origin = headers.get(b"origin")
+        if origin is not None and not self.any_host and \
+                _host_name(urlsplit(origin.decode("latin-1")).netloc) not in self.hosts:
+            return Forbidden("cross-origin requests are refused (the Origin header names "
+                             "another site)", code="cross_origin")
+        if self.key is not None and scope["path"] not in _OPEN_PATHS and \
+                not self._authorized(headers):
+            return Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY' "
+                                "(the gateway runs with --api-key)")
+        content_type = headers.get(b"content-type")
+        if content_type is not None and scope["method"] in _BODY_METHODS:
+            media = content_type.split(b";", 1)[0].strip().lower()
+            if media != b"application/json" and not media.endswith(b"+json"):
+                return UnsupportedMediaType(
+                    f"request bodies must be JSON (content-type application/json), got "
+                    f"{content_type.decode('latin-1')!r}")
+        return None
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        assert self.key is not None and self.raw_key is not None
+        bearer = headers.get(b"authorization")
+        if bearer is not None and hmac.compare_digest(bearer, self.key):
+            return True
+        api_key = headers.get(b"x-api-key")
+        return api_key is not None and hmac.compare_digest(api_key, self.raw_key)
