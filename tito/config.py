@@ -31,6 +31,8 @@ class ServerConfig:
     max_sessions: int = 10_000
     session_ttl: float = 3600.0
     max_body_bytes: int = 32 * 1024 * 1024
+    max_json_depth: int = 64
+    """Deepest JSON nesting accepted in any request field (400 ``json_too_deep``)."""
     engine_timeout: float = 600.0
     served_model_name: str | None = None
     strict_template: bool = False
@@ -43,12 +45,22 @@ class ServerConfig:
     log_level: str = "info"
 
     def validate(self) -> None:
+        """Raise :class:`ConfigError` on the first bad flag or flag combination."""
         if self.session_version != "v1":
             raise ConfigError(
                 f"--session-version {self.session_version!r} is not available yet; use v1"
             )
         if self.chat_template is not None and self.family != "default":
             raise ConfigError("--chat-template is only allowed with --family default")
+        self._validate_engine()
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise ConfigError("--max-seq-len must be at least 2")
+        if not 4 <= self.max_json_depth <= 512:
+            raise ConfigError("--max-json-depth must be in [4, 512]")
+        if self.default_max_tokens < 1:
+            raise ConfigError("--default-max-tokens must be at least 1")
+
+    def _validate_engine(self) -> None:
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
         if self.engine == "sglang" and not self.engine_url:
@@ -59,8 +71,4 @@ class ServerConfig:
             raise ConfigError(f"--tokenizer is required with --engine {self.engine}")
         if self.engine == "embedded" and self.tokenizer:
             raise ConfigError("--tokenizer is not used with --engine embedded (the embedded "
-                             "model brings its own tokenizer)")
-        if self.max_seq_len is not None and self.max_seq_len < 2:
-            raise ConfigError("--max-seq-len must be at least 2")
-        if self.default_max_tokens < 1:
-            raise ConfigError("--default-max-tokens must be at least 1")
+                              "model brings its own tokenizer)")

@@ -254,3 +254,68 @@ async def test_sdk_raises_the_typed_errors(client: httpx.AsyncClient) -> None:
     sdk = openai_for(client, "f" * 32)
     with pytest.raises(openai.NotFoundError, match="session not found"):
         await sdk.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+def nested_json(depth: int) -> str:
+    """``depth`` levels of objects as JSON text (json.dumps itself stops near 1000)."""
+    return '{"k":' * (depth - 1) + '"leaf"' + "}" * (depth - 1)
+
+
+@pytest.mark.parametrize("template", [
+    '{"messages": [{"role": "user", "content": "x", "extra": NEST}]}',
+    '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
+    '"function": {"name": "f", "parameters": NEST}}]}',
+    '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"a": NEST}}',
+], ids=["message", "tools", "kwargs"])
+async def test_deep_json_is_400_at_any_depth_over_the_limit(
+        client: httpx.AsyncClient, template: str) -> None:
+    sid = await new_session(client)
+    assert (await chat(client, sid, USER)).status_code == 200
+    before = await state(client, sid)
+    for depth in (70, 300, 1000):
+        body = template.replace("NEST", nested_json(depth))
+        resp = await client.post(f"/sessions/{sid}/v1/chat/completions", content=body,
+                                 headers={"content-type": "application/json"})
+        error = assert_openai_error(resp, 400, "json_too_deep")
+        assert "--max-json-depth" in error["message"]
+    assert await state(client, sid) == before
+    resp = await client.get(f"/sessions/{sid}", params={"include_messages": "1"})
+    assert resp.status_code == 200
+    # a long history whose stored prefix is deep enough but legal passes
+    legal = [*USER, {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": "y", "extra": nested(40)}]
+    assert (await chat(client, sid, legal)).status_code == 200
+
+
+async def test_samples_metadata_depth_is_limited(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    resp = await client.post(f"/sessions/{sid}/samples",
+                             content='{"metadata": ' + nested_json(300) + "}",
+                             headers={"content-type": "application/json"})
+    assert_openai_error(resp, 400, "json_too_deep")
+
+
+@pytest.mark.parametrize("body", [
+    {"messages": USER, "max_tokens": True},
+    {"messages": USER, "stream": "yes"},
+    {"messages": USER, "temperature": "0.5"},
+    {"messages": USER, "n": 1.0},
+    {"messages": [{"role": "user", "content": 5}]},
+])
+async def test_types_are_strict(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    sid = await new_session(client)
+    resp = await client.post(f"/sessions/{sid}/v1/chat/completions", json=body)
+    assert_openai_error(resp, 400, "invalid_request")
+
+
+async def test_integers_are_accepted_for_floats(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    resp = await chat(client, sid, USER, temperature=1, top_p=1, max_tokens=16)
+    assert resp.status_code == 200, resp.text

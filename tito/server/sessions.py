@@ -12,6 +12,7 @@ from tito.server import openai
 from tito.server.api import Api
 from tito.server.gateway import Gateway
 from tito.server.http import json_response, read_json
+from tito.server.openai.models import check_depth
 from tito.types.errors import BadRequest, NotFound
 
 MAX_PAGE = 1000
@@ -143,6 +144,7 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object")
+    check_depth(metadata, gateway.config.max_json_depth - 1, "metadata")
     include_response = data.get("include_response", True)
     if not isinstance(include_response, bool):
         raise BadRequest("include_response must be true or false")

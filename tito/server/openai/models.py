@@ -20,7 +20,10 @@ T = TypeVar("T")
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """Unknown fields are kept (and ignored); known ones are strictly typed: ``true`` is not
+    an integer and ``"yes"`` is not a boolean."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class FunctionCall(_Open):
@@ -121,6 +124,27 @@ class ChatCompletionRequest(_Open):
         return value
 
 
+def check_depth(value: Any, limit: int, where: str) -> None:
+    """BadRequest ``json_too_deep`` when ``value`` nests deeper than ``limit`` levels.
+
+    Deep nesting is refused at the door: stored messages are re-serialized later (views,
+    templates, samples metadata) by code with recursion limits of its own."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            raise BadRequest(f"{where} nests JSON deeper than {limit + 1} levels "
+                             "(--max-json-depth)", code="json_too_deep")
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (dict, list)))
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One readable line per problem: ``messages.2.role: Input should be ...``."""
     parts = []
@@ -142,14 +166,15 @@ class _Envelope(ChatCompletionRequest):
 _MESSAGE = TypeAdapter(ChatMessage)
 
 
-def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None
-                       ) -> ChatCompletionRequest:
+def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None, *,
+                       max_depth: int = 64) -> ChatCompletionRequest:
     """Validate a chat request.
 
     ``known``: the session's stored messages (each validated when it was first sent, or
     written by the gateway). A request whose messages start with exactly these is checked
     only for the rest; any failure re-runs the full validation, so the outcome and the
-    error text are the same as validating everything.
+    error text are the same as validating everything. ``max_depth``: how deeply JSON may
+    nest in any field (``--max-json-depth``).
     """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
@@ -157,10 +182,18 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None
     if kwargs is not None and not isinstance(kwargs, dict):
         raise BadRequest("chat_template_kwargs must be an object", code="invalid_template_kwargs")
     messages = data.get("messages")
-    if known and isinstance(messages, list) and messages[: len(known)] == known:
+    stored = len(known or ())
+    new: list[Any] | None = None  # the messages past the stored prefix, when there is one
+    if stored and isinstance(messages, list) and messages[:stored] == known:
+        new = messages[stored:]
+    for key, value in data.items():
+        # the stored prefix was checked when it was first sent
+        check_depth(new if key == "messages" and new is not None else value,
+                    max_depth - 1, key)
+    if new is not None:
         try:
             request = _Envelope.model_validate(data)
-            for message in messages[len(known) :]:
+            for message in new:
                 _MESSAGE.validate_python(message)
             return request
         except ValidationError:

@@ -132,7 +132,8 @@ async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncItera
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     data = await read_json(request, gateway.config.max_body_bytes)
-    chat = parse_chat_request(data, known=session.messages)
+    chat = parse_chat_request(data, known=session.messages,
+                              max_depth=gateway.config.max_json_depth)
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     outcome = await gateway.run_turn(session, turn_request(data, chat), params)
     body = completion(outcome, gateway.model_name)
