@@ -85,7 +85,7 @@ def in_process_breakdown(tokenizer: Path, wl: Any, sessions: int) -> dict[str, f
     from tito.render import build_renderer
     from tito.session.linear import LinearSession
     from tito.session.matchers import strict
-    from tito.types.engine import GenerateResult
+    from tito.types.engine import GenerateResult, check_output
     from tito.types.messages import TurnRequest
 
     renderer = build_renderer("qwen3", tokenizer)
@@ -112,7 +112,8 @@ def in_process_breakdown(tokenizer: Path, wl: Any, sessions: int) -> dict[str, f
             result = GenerateResult(output_ids=out.output_ids, logprobs=out.logprobs,
                                     finish_reason="stop")
             reply = renderer.parse(result.output_ids, "stop").to_message()
-            session.commit(plan, result, reply)
+            output = check_output(result, renderer.tokenizer.vocab_size)
+            session.commit(plan, result, output, reply)
             history += b"," + orjson.dumps(reply) + b"," + appended
         kept.append(session)
     gc.collect()

@@ -155,7 +155,7 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     from tito.server.openai.serving import session_messages
     from tito.session.linear import LinearSession
     from tito.session.matchers import strict
-    from tito.types.engine import GenerateResult
+    from tito.types.engine import GenerateResult, check_output
     from tito.types.messages import TurnRequest
 
     # rebuild the session state the gateway holds before this request: every turn but
@@ -169,7 +169,8 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
         result = GenerateResult(output_ids=out.output_ids, logprobs=out.logprobs,
                                 finish_reason="stop")
         reply = renderer.parse(result.output_ids, "stop").to_message()
-        session.commit(plan, result, reply)
+        output = check_output(result, renderer.tokenizer.vocab_size)
+        session.commit(plan, result, output, reply)
         history = messages[: len(history) + 2]
     assert len(session.messages) == len(messages) - 1
     body = orjson.dumps({"messages": messages, "max_tokens": wl.max_tokens})

@@ -11,7 +11,7 @@ import pytest
 from tito.render import TemplateRenderer, build_renderer
 from tito.session.linear import LinearSession
 from tito.session.matchers import loose_tool_call, strict
-from tito.types.engine import GenerateResult
+from tito.types.engine import GenerateResult, check_output
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import TurnRequest
 from tito.types.records import snapshot_ids
@@ -28,7 +28,8 @@ def generate(session: LinearSession, messages: list[dict], reply: dict) -> dict:
     out = session.renderer.render_completion(reply)
     result = GenerateResult(output_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")
     message = session.renderer.parse(out, "stop").to_message()
-    session.commit(plan, result, message)
+    output = check_output(result, session.renderer.tokenizer.vocab_size)
+    session.commit(plan, result, output, message)
     return message
 
 

@@ -22,7 +22,7 @@ from tito.server.metrics import Metrics
 from tito.session.linear import LinearSession
 from tito.session.matchers import resolve_matcher
 from tito.session.store import SessionStore
-from tito.types.engine import Engine, GenerateResult, SamplingParams
+from tito.types.engine import Engine, GenerateResult, SamplingParams, check_output
 from tito.types.errors import BadRequest, Conflict, TitoError
 from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.records import TurnRecord
@@ -50,6 +50,7 @@ class Gateway:
         self.self_check = self_check or {"ran": False}
         self.model_name = config.served_model_name or f"tito-{renderer.family}"
         self.started_at = time.time()
+        self.vocab_size = renderer.tokenizer.vocab_size
 
     def _new_session(self, session_id: str) -> LinearSession:
         return LinearSession(session_id, self.renderer, self.matcher)
@@ -85,15 +86,16 @@ class Gateway:
             params = await self._sampling(params, len(plan.prompt_ids))
             rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
             result = await self.engine.generate(plan.prompt_ids, params, rid)
+            output = check_output(result, self.vocab_size)
             parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+            record = None
+            if session.closed:
+                session.release(plan)  # deleted while the engine ran: reply, store nothing
+            else:
+                record = session.commit(plan, result, output, parsed.to_message())
         except BaseException:
             session.release(plan)
             raise
-        record = None
-        if session.closed:
-            session.release(plan)  # deleted while the engine ran: reply, store nothing
-        else:
-            record = session.commit(plan, result, parsed.to_message())
         self.metrics.inc("turns_total")
         self.metrics.inc("generated_tokens_total", len(result.output_ids))
         self.metrics.inc("bridge_tokens_total", len(plan.bridge_ids))

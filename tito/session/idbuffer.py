@@ -33,13 +33,18 @@ class IdBuffer:
             raise ValueError(f"cannot truncate {self._len} ids to {length}")
         self._len = length
 
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` ids: after this, truncating and extending up to that
+        length cannot fail (the only allocation happens here)."""
+        if capacity > len(self._data):
+            grown = np.empty(max(capacity, 2 * len(self._data)), dtype=IDS_DTYPE)
+            grown[: self._len] = self._data[: self._len]
+            self._data = grown
+
     def extend(self, ids: Sequence[int] | np.ndarray) -> None:
         arr = np.asarray(ids, dtype=IDS_DTYPE)
         need = self._len + len(arr)
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)), dtype=IDS_DTYPE)
-            grown[: self._len] = self._data[: self._len]
-            self._data = grown
+        self.reserve(need)
         self._data[self._len : need] = arr
         self._len = need
 

@@ -23,10 +23,10 @@ import numpy as np
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import BUILTIN, Matcher
-from tito.types.engine import GenerateResult
+from tito.types.engine import CheckedOutput, GenerateResult
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
-from tito.types.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord, snapshot_ids
+from tito.types.records import IDS_DTYPE, TurnRecord, snapshot_ids
 
 
 @dataclass(slots=True)
@@ -159,30 +159,20 @@ class LinearSession:
         """The engine call failed: the session is left exactly as before the request."""
         self.in_flight = False
 
-    def commit(self, plan: TurnPlan, result: GenerateResult, message: Message) -> TurnRecord:
-        """Store the generation (applying the planned rollback first)."""
-        self.in_flight = False
+    def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
+               message: Message) -> TurnRecord:
+        """Store the generation (applying the planned rollback first), atomically.
+
+        Everything that can fail — building the record, allocating the snapshot — happens
+        before the first mutation; what follows are list and buffer writes that cannot.
+        """
         now = time.time()
-        self.last_active = now
-        if plan.keep_records < len(self.records):
-            del self.records[plan.keep_records :]
-            del self.checkpoint_ends[plan.keep_records :]
-        del self.messages[plan.keep_messages :]
-        self.messages.extend(plan.appended)
-        self.messages.append(message)
-        if plan.keep_records == 0 or plan.rolled_back:
-            self.snapshot = IdBuffer(plan.prompt_ids)
-        else:
-            self.snapshot.truncate(len(self.snapshot) - plan.drop)
-            self.snapshot.extend(plan.bridge_ids)
-        output = np.asarray(result.output_ids, dtype=IDS_DTYPE)
-        self.snapshot.extend(output)
         record = TurnRecord(
-            turn=len(self.records),
+            turn=plan.keep_records,
             drop=plan.drop,
             bridge_ids=plan.bridge_ids,
-            output_ids=output,
-            logprobs=np.asarray(result.logprobs, dtype=LOGPROB_DTYPE),
+            output_ids=output.ids,
+            logprobs=output.logprobs,
             finish_reason=result.finish_reason,
             prompt_len=len(plan.prompt_ids),
             weight_version=result.weight_version,
@@ -196,10 +186,31 @@ class LinearSession:
                 "rolled_back": plan.rolled_back,
             },
         )
+        checkpoint = len(plan.prompt_ids) + len(output.ids)
+        if plan.keep_records == 0 or plan.rolled_back:
+            snapshot = IdBuffer(plan.prompt_ids)
+            snapshot.extend(output.ids)
+        else:
+            snapshot = self.snapshot
+            snapshot.reserve(checkpoint)
+        # -- no failure past this line: apply ----------------------------------------------
+        if snapshot is self.snapshot:
+            snapshot.truncate(len(snapshot) - plan.drop)
+            snapshot.extend(plan.bridge_ids)
+            snapshot.extend(output.ids)
+        self.snapshot = snapshot
+        if plan.keep_records < len(self.records):
+            del self.records[plan.keep_records :]
+            del self.checkpoint_ends[plan.keep_records :]
+        del self.messages[plan.keep_messages :]
+        self.messages.extend(plan.appended)
+        self.messages.append(message)
         self.records.append(record)
         self.checkpoint_ends.append(len(self.messages))
         if plan.request.tools is not None:
             self.tools = plan.request.tools
+        self.last_active = now
+        self.in_flight = False
         return record
 
     # -- views ---------------------------------------------------------------------------
