@@ -39,6 +39,8 @@ class FakeEngine:
         self.gate: asyncio.Event | None = None
         self.aborted: list[str] = []
         self.closed = False
+        self.down: str | None = None
+        """A reason makes probe()/health() report the engine down."""
 
     def script(self, *replies: str | dict[str, Any] | BaseException) -> FakeEngine:
         """Queue replies: a string is an assistant message with that content."""
@@ -78,7 +80,10 @@ class FakeEngine:
         pass
 
     async def health(self) -> bool:
-        return True
+        return self.down is None
+
+    async def probe(self) -> str | None:
+        return self.down
 
     async def close(self) -> None:
         self.closed = True

@@ -42,14 +42,14 @@ async def test_access_log_is_one_line_per_request_when_asked(qwen3_dir: Path,
         access.addHandler(records)
     try:
         async with httpx.AsyncClient(base_url=stack.url) as http:
-            assert (await http.get("/health")).status_code == 200
+            assert (await http.get("/metrics")).status_code == 200
             assert (await http.get("/sessions/nope")).status_code == 404
     finally:
         access.removeHandler(records)
         await stack.close()
     if access_log:
         assert len(records.lines) == 2
-        assert "GET /health" in records.lines[0] and "200" in records.lines[0]
+        assert "GET /metrics" in records.lines[0] and "200" in records.lines[0]
         assert "GET /sessions/nope" in records.lines[1] and "404" in records.lines[1]
     else:
         assert records.lines == []

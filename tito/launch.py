@@ -55,7 +55,8 @@ def tito_command(*args: str) -> list[str]:
 def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None,
                  env: dict[str, str] | None = None, health: str = "/health",
                  timeout: float = 120.0, own_session: bool = False) -> ServerProcess:
-    """Start ``cmd``, wait for its ``listening on URL`` line and a 200 on ``health``.
+    """Start ``cmd``, wait for its ``listening on URL`` line and a 200 (or 503: up, its
+    engine down) on ``health``.
 
     ``own_session``: run it in a new session (process group), so a Ctrl-C in the terminal
     reaches only us and we decide when it stops. Raises RuntimeError with the process's
@@ -87,17 +88,24 @@ def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None
     url = found[0]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + health, timeout=5) as resp:
-                if resp.status == 200:
-                    return ServerProcess(name, proc, url, lines)
-        except (urllib.error.URLError, OSError):
-            pass
+        if _serving(url + health):
+            return ServerProcess(name, proc, url, lines)
         if proc.poll() is not None:
             break
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"{name} never became healthy:\n" + "\n".join(lines[-40:]))
+
+
+def _serving(url: str) -> bool:
+    """A 200 — or a 503: serving, with its engine down (the gateway's "degraded")."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError as exc:
+        return exc.code == 503
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def start_mock_engine(tokenizer: str | Path, family: str, *extra: str,

@@ -319,3 +319,21 @@ async def test_integers_are_accepted_for_floats(client: httpx.AsyncClient) -> No
     sid = await new_session(client)
     resp = await chat(client, sid, USER, temperature=1, top_p=1, max_tokens=16)
     assert resp.status_code == 200, resp.text
+
+
+async def test_health_reports_the_engine_down_as_503_degraded(gateway: Gateway,
+                                                               engine: FakeEngine) -> None:
+    from inproc import asgi_client
+
+    engine.down = "connection refused"
+    async with asgi_client(gateway) as http:
+        resp = await http.get("/health")
+        assert resp.status_code == 503
+        body = resp.json()
+        assert body["status"] == "degraded"
+        assert body["engine"] == {"name": "fake", "url": None, "ok": False,
+                                  "error": "connection refused"}
+        engine.down = None
+        assert await gateway.engine_state(refresh=True) is None
+        resp = await http.get("/health")
+        assert resp.status_code == 200 and resp.json()["engine"]["ok"] is True

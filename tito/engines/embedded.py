@@ -264,6 +264,9 @@ class EmbeddedEngine:
     async def health(self) -> bool:
         return self._scheduler.alive
 
+    async def probe(self) -> str | None:
+        return None if self._scheduler.alive else "the embedded engine's scheduler stopped"
+
     async def close(self) -> None:
         await asyncio.to_thread(self._scheduler.close)
 

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tito.server.http import CLIENT_CLOSED
 from tito.types.errors import TitoError
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class Api:
         async def guarded(request: Request) -> Response:
             try:
                 return await endpoint(gateway, request)
+            except ClientDisconnect:  # during upload or while the turn ran: nobody to answer
+                gateway.metrics.inc("client_disconnects_total")
+                return Response(status_code=CLIENT_CLOSED)
             except TitoError as exc:
                 error = exc
             except Exception as exc:

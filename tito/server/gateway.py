@@ -7,6 +7,8 @@ Each API module (:mod:`tito.server.openai`, ...) converts its request into a
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -26,6 +28,9 @@ from tito.types.engine import Engine, GenerateResult, SamplingParams, check_outp
 from tito.types.errors import BadRequest, Conflict, TitoError
 from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.records import TurnRecord
+
+log = logging.getLogger("tito.server")
+PROBE_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -51,6 +56,9 @@ class Gateway:
         self.model_name = config.served_model_name or f"tito-{renderer.family}"
         self.started_at = time.time()
         self.vocab_size = renderer.tokenizer.vocab_size
+        self._background: set[asyncio.Task[None]] = set()
+        self._probed_at = -PROBE_EVERY_S
+        self._engine_error: str | None = None
 
     def _new_session(self, session_id: str) -> LinearSession:
         return LinearSession(session_id, self.renderer, self.matcher)
@@ -82,10 +90,14 @@ class Gateway:
     async def run_turn(self, session: LinearSession, request: TurnRequest,
                        params: SamplingParams) -> TurnOutcome:
         plan = session.plan(request)
+        rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
         try:
             params = await self._sampling(params, len(plan.prompt_ids))
-            rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
-            result = await self.engine.generate(plan.prompt_ids, params, rid)
+            try:
+                result = await self.engine.generate(plan.prompt_ids, params, rid)
+            except asyncio.CancelledError:  # the client went away: stop the engine too
+                self._abort_later(rid)
+                raise
             output = check_output(result, self.vocab_size)
             parsed = self.renderer.parse(result.output_ids, result.finish_reason)
             record = None
@@ -102,6 +114,31 @@ class Gateway:
         if plan.rolled_back:
             self.metrics.inc("rollbacks_total")
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids))
+
+    async def engine_state(self, *, refresh: bool = False) -> str | None:
+        """None when the engine is up, else why not (probed at most once a second)."""
+        now = time.monotonic()
+        if refresh or now - self._probed_at >= PROBE_EVERY_S:
+            try:
+                self._engine_error = await asyncio.wait_for(self.engine.probe(), 5.0)
+            except Exception as exc:  # a probe that itself fails says the engine is down
+                self._engine_error = f"{type(exc).__name__}: {exc}"
+            self._probed_at = time.monotonic()
+        return self._engine_error
+
+    def _abort_later(self, rid: str) -> None:
+        """Abort ``rid`` on the engine without waiting (we are being cancelled)."""
+
+        async def abort() -> None:
+            try:
+                await self.engine.abort(rid)
+            except Exception:
+                log.warning("aborting %s on the engine failed", rid, exc_info=True)
+
+        task = asyncio.create_task(abort())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        self.metrics.inc("engine_aborts_total")
 
     # -- samples -------------------------------------------------------------------------
     def samples_payload(self, session: LinearSession, max_seq_len: int | None,

@@ -1,14 +1,19 @@
-"""HTTP plumbing shared by every API module: JSON responses, bounded request bodies."""
+"""HTTP plumbing shared by every API module: JSON responses, bounded request bodies, and
+noticing a client that went away while its turn runs."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from tito.types.errors import BadRequest, PayloadTooLarge
+
+T = TypeVar("T")
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -41,3 +46,56 @@ async def read_json(request: Request, limit: int, *, allow_empty: bool = False) 
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"invalid JSON body: {exc}", code="invalid_json") from exc
+
+
+CLIENT_CLOSED = 499
+"""Status recorded for a request whose client went away (nginx's "client closed request");
+nobody receives it."""
+
+
+WATCH_AFTER = 0.05
+"""Seconds a turn runs before its connection is watched for a disconnect: a turn that
+answers sooner costs one timer, not a task (turns that can outlive an SDK timeout are the
+long ones)."""
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client disconnects first, cancel it and raise
+    :class:`ClientDisconnect` (the work's own cancellation cleanup has run by then).
+
+    After :data:`WATCH_AFTER` seconds a watcher task reads the ASGI channel, which after
+    the body yields only ``http.disconnect`` — sent when the client's connection closes.
+    """
+    watch = _DisconnectWatch(request)
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER, watch.start)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if watch.gone:
+            raise ClientDisconnect() from None
+        raise
+    finally:
+        timer.cancel()
+        watch.stop()
+
+
+class _DisconnectWatch:
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.owner = asyncio.current_task()
+        self.task: asyncio.Task[None] | None = None
+        self.gone = False
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._watch())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _watch(self) -> None:
+        while (await self.request.receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        if self.owner is not None:
+            self.owner.cancel()

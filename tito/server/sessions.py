@@ -22,11 +22,14 @@ PAGE_ID_BUDGET = 65_536
 
 
 async def health(gateway: Gateway, request: Request) -> Response:
+    """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer."""
+    engine_error = await gateway.engine_state()
     return json_response({
-        "status": "ok",
+        "status": "ok" if engine_error is None else "degraded",
         "instance_id": gateway.instance_id,
         "engine": {"name": gateway.engine.name,
-                   "url": getattr(gateway.engine, "url", None)},
+                   "url": getattr(gateway.engine, "url", None),
+                   "ok": engine_error is None, "error": engine_error},
         "family": gateway.renderer.family,
         "session_version": gateway.config.session_version,
         "message_matcher": gateway.config.message_matcher,
@@ -36,7 +39,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
             "append_only_verified": bool(gateway.self_check.get("passed")),
             "self_check": gateway.self_check,
         },
-    })
+    }, status=200 if engine_error is None else 503)
 
 
 async def metrics(gateway: Gateway, request: Request) -> Response:
@@ -144,7 +147,7 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object")
-    check_depth(metadata, gateway.config.max_json_depth - 1, "metadata")
+    check_depth(data, gateway.config.max_json_depth)
     include_response = data.get("include_response", True)
     if not isinstance(include_response, bool):
         raise BadRequest("include_response must be true or false")

@@ -124,25 +124,23 @@ class ChatCompletionRequest(_Open):
         return value
 
 
-def check_depth(value: Any, limit: int, where: str) -> None:
-    """BadRequest ``json_too_deep`` when ``value`` nests deeper than ``limit`` levels.
+def check_depth(fields: dict[str, Any], limit: int) -> None:
+    """BadRequest ``json_too_deep`` when a value of ``fields`` nests JSON deeper than
+    ``limit`` levels (the field itself is level 1).
 
     Deep nesting is refused at the door: stored messages are re-serialized later (views,
-    templates, samples metadata) by code with recursion limits of its own."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    templates, samples metadata) by code with recursion limits of its own. One walk over
+    the containers only; scalars cost nothing."""
+    stack = [(value, 1, key) for key, value in fields.items()
+             if isinstance(value, (dict, list))]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            raise BadRequest(f"{where} nests JSON deeper than {limit + 1} levels "
+        item, depth, key = stack.pop()
+        if depth > limit:
+            raise BadRequest(f"{key} nests JSON deeper than {limit} levels "
                              "(--max-json-depth)", code="json_too_deep")
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, (dict, list)))
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend([(child, depth + 1, key) for child in children
+                      if isinstance(child, (dict, list))])
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -186,10 +184,8 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None, *,
     new: list[Any] | None = None  # the messages past the stored prefix, when there is one
     if stored and isinstance(messages, list) and messages[:stored] == known:
         new = messages[stored:]
-    for key, value in data.items():
-        # the stored prefix was checked when it was first sent
-        check_depth(new if key == "messages" and new is not None else value,
-                    max_depth - 1, key)
+    # the stored prefix was checked when it was first sent
+    check_depth(data if new is None else {**data, "messages": new}, max_depth)
     if new is not None:
         try:
             request = _Envelope.model_validate(data)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import read_json
+from tito.server.http import cancel_on_disconnect, read_json
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -135,7 +135,8 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     chat = parse_chat_request(data, known=session.messages,
                               max_depth=gateway.config.max_json_depth)
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
-    outcome = await gateway.run_turn(session, turn_request(data, chat), params)
+    outcome = await cancel_on_disconnect(
+        request, gateway.run_turn(session, turn_request(data, chat), params))
     body = completion(outcome, gateway.model_name)
     if chat.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
