@@ -31,6 +31,8 @@ class ServerConfig:
     max_sessions: int = 10_000
     session_ttl: float = 3600.0
     max_body_bytes: int = 32 * 1024 * 1024
+    max_prompt_tokens: int | None = None
+    """Largest prompt sent to the engine (400 ``prompt_too_long`` above)."""
     max_json_depth: int = 64
     """Deepest JSON nesting accepted in any request field (400 ``json_too_deep``)."""
     engine_timeout: float = 600.0
@@ -55,6 +57,8 @@ class ServerConfig:
         self._validate_engine()
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ConfigError("--max-seq-len must be at least 2")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ConfigError("--max-prompt-tokens must be at least 1")
         if not 4 <= self.max_json_depth <= 512:
             raise ConfigError("--max-json-depth must be in [4, 512]")
         if self.default_max_tokens < 1:

@@ -70,7 +70,7 @@ async def test_session_deleted_during_the_turn_gets_its_reply_and_stores_nothing
     while not engine.calls:
         await asyncio.sleep(0.001)
     with pytest.raises(Conflict):
-        gateway.samples_payload(session, None, None)
+        await gateway.samples_payload(session, None, None)
     gateway.store.delete(session.session_id)
     engine.gate.set()
     outcome = await turn
@@ -81,7 +81,7 @@ async def test_session_deleted_during_the_turn_gets_its_reply_and_stores_nothing
 async def test_samples_payload_carries_session_metadata(gateway: Gateway) -> None:
     session = gateway.store.create()
     await gateway.run_turn(session, TurnRequest(list(USER)), SamplingParams())
-    decoded = decode_samples(gateway.samples_payload(session, None, {"task": "t1"}))
+    decoded = decode_samples(await gateway.samples_payload(session, None, {"task": "t1"}))
     [sample] = decoded.samples
     assert sample.metadata["task"] == "t1" and sample.weight_versions == ["w0"]
     assert decoded.session_metadata["num_turns"] == 1

@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds after which an idle session is dropped")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                    help="largest accepted request body (413 above)")
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
+                   help="largest prompt sent to the engine, in tokens (400 prompt_too_long "
+                        "above; unset: only --max-seq-len and the engine's context)")
     p.add_argument("--max-json-depth", type=int, default=64,
                    help="deepest JSON nesting accepted in a request field (400 above)")
     p.add_argument("--engine-timeout", type=float, default=600.0,
@@ -78,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         session_version=args.session_version, max_seq_len=args.max_seq_len,
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,
         session_ttl=args.session_ttl, max_body_bytes=args.max_body_bytes,
-        max_json_depth=args.max_json_depth,
+        max_json_depth=args.max_json_depth, max_prompt_tokens=args.max_prompt_tokens,
         engine_timeout=args.engine_timeout, served_model_name=args.served_model_name,
         strict_template=args.strict_template, access_log=args.access_log,
         api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,

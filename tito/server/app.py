@@ -52,6 +52,7 @@ def create_app(gateway: Gateway) -> Starlette:
             yield
         finally:
             sweeper.cancel()
+            gateway.workers.shutdown(wait=False, cancel_futures=True)
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},

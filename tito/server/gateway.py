@@ -8,11 +8,15 @@ Each API module (:mod:`tito.server.openai`, ...) converts its request into a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,7 +25,7 @@ from tito.render.base import TemplateRenderer
 from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
 from tito.server.metrics import Metrics
-from tito.session.linear import LinearSession
+from tito.session.linear import LinearSession, TurnPlan
 from tito.session.matchers import resolve_matcher
 from tito.session.store import SessionStore
 from tito.types.engine import Engine, GenerateResult, SamplingParams, check_output
@@ -31,6 +35,11 @@ from tito.types.records import TurnRecord
 
 log = logging.getLogger("tito.server")
 PROBE_EVERY_S = 1.0
+WORKERS = min(4, os.cpu_count() or 1)
+"""Threads for CPU work of big requests (rendering, validation, parsing, samples)."""
+PARSE_INLINE_MAX = 4096
+"""Completions longer than this many ids are parsed in the worker pool."""
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -57,6 +66,7 @@ class Gateway:
         self.started_at = time.time()
         self.vocab_size = renderer.tokenizer.vocab_size
         self._background: set[asyncio.Task[None]] = set()
+        self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
         self._probed_at = -PROBE_EVERY_S
         self._engine_error: str | None = None
 
@@ -87,9 +97,32 @@ class Gateway:
             params = replace(params, max_new_tokens=min(params.max_new_tokens, room))
         return params
 
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the CPU worker pool, so the event loop keeps serving."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.workers, functools.partial(fn, *args))
+
+    async def _plan(self, session: LinearSession, request: TurnRequest, heavy: bool
+                    ) -> TurnPlan:
+        if not heavy:
+            return session.plan(request)
+        session.begin()  # claimed on the loop: no second turn can start meanwhile
+        try:
+            return await self.offload(session.prepare, request)
+        except BaseException:
+            session.release()
+            raise
+
     async def run_turn(self, session: LinearSession, request: TurnRequest,
-                       params: SamplingParams) -> TurnOutcome:
-        plan = session.plan(request)
+                       params: SamplingParams, *, heavy: bool = False) -> TurnOutcome:
+        """One turn; ``heavy``: render the prompt (and parse the reply) off the event loop."""
+        plan = await self._plan(session, request, heavy)
+        if self.config.max_prompt_tokens is not None and \
+                len(plan.prompt_ids) > self.config.max_prompt_tokens:
+            session.release(plan)
+            raise BadRequest(f"the prompt has {len(plan.prompt_ids)} tokens, over "
+                             f"--max-prompt-tokens {self.config.max_prompt_tokens}",
+                             code="prompt_too_long")
         rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
         try:
             params = await self._sampling(params, len(plan.prompt_ids))
@@ -99,7 +132,11 @@ class Gateway:
                 self._abort_later(rid)
                 raise
             output = check_output(result, self.vocab_size)
-            parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+            if heavy or len(output.ids) > PARSE_INLINE_MAX:
+                parsed = await self.offload(self.renderer.parse, result.output_ids,
+                                            result.finish_reason)
+            else:
+                parsed = self.renderer.parse(result.output_ids, result.finish_reason)
             record = None
             if session.closed:
                 session.release(plan)  # deleted while the engine ran: reply, store nothing
@@ -141,14 +178,25 @@ class Gateway:
         self.metrics.inc("engine_aborts_total")
 
     # -- samples -------------------------------------------------------------------------
-    def samples_payload(self, session: LinearSession, max_seq_len: int | None,
-                        metadata: dict[str, Any] | None, *,
-                        include_response: bool = True) -> bytes:
+    async def samples_payload(self, session: LinearSession, max_seq_len: int | None,
+                              metadata: dict[str, Any] | None, *,
+                              include_response: bool = True) -> bytes:
+        """Assemble and encode the session's samples in the worker pool; the session is
+        claimed meanwhile (a turn sent during the collection is 409)."""
         if session.in_flight:
             raise Conflict(
                 f"session {session.session_id} has a turn in progress; collect after it ends",
                 code="turn_in_progress",
             )
+        session.begin()
+        try:
+            return await self.offload(self._samples_payload, session, max_seq_len, metadata,
+                                      include_response)
+        finally:
+            session.release()
+
+    def _samples_payload(self, session: LinearSession, max_seq_len: int | None,
+                         metadata: dict[str, Any] | None, include_response: bool) -> bytes:
         limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
         session_meta = self.session_metadata(session)
         result = assemble(

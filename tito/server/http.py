@@ -37,7 +37,10 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def read_json(request: Request, limit: int, *, allow_empty: bool = False) -> Any:
-    body = await read_body(request, limit)
+    return decode_json(await read_body(request, limit), allow_empty=allow_empty)
+
+
+def decode_json(body: bytes, *, allow_empty: bool = False) -> Any:
     if not body.strip():
         if allow_empty:
             return {}

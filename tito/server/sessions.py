@@ -151,7 +151,7 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     include_response = data.get("include_response", True)
     if not isinstance(include_response, bool):
         raise BadRequest("include_response must be true or false")
-    payload = gateway.samples_payload(session, max_seq_len, metadata,
+    payload = await gateway.samples_payload(session, max_seq_len, metadata,
                                       include_response=include_response)
     return Response(payload, media_type="application/octet-stream")
 

@@ -86,17 +86,29 @@ class LinearSession:
 
     def plan(self, request: TurnRequest) -> TurnPlan:
         """Validate ``request`` and compute its prompt ids; raises before any mutation."""
+        self.begin()
+        try:
+            return self.prepare(request)
+        except BaseException:
+            self.in_flight = False
+            raise
+
+    def begin(self) -> None:
+        """Claim the session for one turn (409 while another one runs)."""
         if self.in_flight:
             raise Conflict(
                 f"session {self.session_id} has a turn in progress; wait for its reply "
                 "before sending the next request",
                 code="turn_in_progress",
             )
+        self.in_flight = True
+
+    def prepare(self, request: TurnRequest) -> TurnPlan:
+        """The plan of a claimed turn (:meth:`begin`): reads the session, changes nothing,
+        so it may run in a worker thread while the session is claimed."""
         if not request.messages:
             raise BadRequest("messages must contain at least one message")
-        plan = self._plan(request)
-        self.in_flight = True
-        return plan
+        return self._plan(request)
 
     def _plan(self, request: TurnRequest) -> TurnPlan:
         messages = request.messages
@@ -155,8 +167,9 @@ class LinearSession:
                                  code="role_not_allowed")
 
     # -- commit / release ----------------------------------------------------------------
-    def release(self, plan: TurnPlan) -> None:
-        """The engine call failed: the session is left exactly as before the request."""
+    def release(self, plan: TurnPlan | None = None) -> None:
+        """The turn failed (or the claim of :meth:`begin` is given up): the session is left
+        exactly as before the request."""
         self.in_flight = False
 
     def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,

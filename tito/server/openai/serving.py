@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import cancel_on_disconnect, read_json
+from tito.server.http import cancel_on_disconnect, decode_json, read_body
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -37,6 +37,8 @@ from tito.types.engine import SamplingParams
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
+OFFLOAD_BYTES = 256 * 1024
+"""Request bodies above this size are decoded, validated and rendered off the event loop."""
 
 
 # -- request -> core ---------------------------------------------------------------------
@@ -129,14 +131,24 @@ async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncItera
 
 
 # -- routes ------------------------------------------------------------------------------
+def decode_chat(body: bytes, known: list[Message], max_depth: int
+                ) -> tuple[dict[str, Any], ChatCompletionRequest]:
+    """JSON body -> (the dict as sent, its validated request)."""
+    data = decode_json(body)
+    return data, parse_chat_request(data, known=known, max_depth=max_depth)
+
+
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
-    data = await read_json(request, gateway.config.max_body_bytes)
-    chat = parse_chat_request(data, known=session.messages,
-                              max_depth=gateway.config.max_json_depth)
+    raw = await read_body(request, gateway.config.max_body_bytes)
+    # a big body is decoded, validated and rendered in a worker thread (design §3.2)
+    heavy = len(raw) > OFFLOAD_BYTES
+    known, depth = list(session.messages), gateway.config.max_json_depth
+    data, chat = await gateway.offload(decode_chat, raw, known, depth) if heavy else \
+        decode_chat(raw, known, depth)
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     outcome = await cancel_on_disconnect(
-        request, gateway.run_turn(session, turn_request(data, chat), params))
+        request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy))
     body = completion(outcome, gateway.model_name)
     if chat.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
