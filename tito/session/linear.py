@@ -69,6 +69,8 @@ class LinearSession:
         self.tools: list[dict[str, Any]] | None = None
         self.in_flight = False
         self.closed = False
+        self.api_state: dict[str, Any] = {}
+        """What the API layer keeps per session (e.g. the last answer, for retries)."""
         self.created_at = time.time()
         self.last_active = self.created_at
 

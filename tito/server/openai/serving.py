@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, decode_json, read_body
+from tito.server.idempotency import RetryKey, TurnReplies
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -147,9 +148,26 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     data, chat = await gateway.offload(decode_chat, raw, known, depth) if heavy else \
         decode_chat(raw, known, depth)
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
-    outcome = await cancel_on_disconnect(
-        request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy))
-    body = completion(outcome, gateway.model_name)
+    retry = RetryKey.of(request, raw)
+    replies = TurnReplies.of(session)
+    answer = await replies.replay(retry)
+    if answer is not None:
+        gateway.metrics.inc("idempotent_replays_total")
+        return reply(answer, chat)
+    running = replies.start(retry)
+    try:
+        outcome = await cancel_on_disconnect(
+            request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy))
+        body = completion(outcome, gateway.model_name)
+    except BaseException as exc:
+        replies.finish(retry, running, None, exc)
+        raise
+    replies.finish(retry, running, body, None)
+    return reply(body, chat)
+
+
+def reply(body: ChatCompletion, chat: ChatCompletionRequest) -> Response:
+    """``body`` as JSON, or as the SSE stream the request asked for."""
     if chat.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return StreamingResponse(stream_events(body, include_usage),
