@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
                    help="profile the gateway during its runs with py-spy (--gil; collapsed "
                         "stacks to FILE) and print its top frames; inflates its CPU figures")
+    p.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
+                   help="extra `tito serve` flag (repeatable; e.g. --gateway-arg=--journal "
+                        "--gateway-arg=/tmp/j to measure the journal's cost)")
     p.add_argument("--no-check", action="store_true",
                    help="skip the check that the baselines replay the gateway's exact ids")
     return p.parse_args(argv)
@@ -272,7 +275,7 @@ def start_servers(args: argparse.Namespace, modes: list[str], procs: list[Proc])
     procs.append(mock)
     servers = Servers(mock)
     if "gateway" in modes or not args.no_check:
-        servers.gateway = start_gateway(args.tokenizer, mock.url)
+        servers.gateway = start_gateway(args.tokenizer, mock.url, *args.gateway_arg)
         procs.append(servers.gateway)
     if "passthrough" in modes:
         servers.proxy = start_passthrough(mock.url)

@@ -38,6 +38,8 @@ class ServerConfig:
     engine_timeout: float = 600.0
     served_model_name: str | None = None
     strict_template: bool = False
+    journal: str | None = None
+    """Folder of the write-ahead journal that makes sessions survive a crash."""
     api_key: str | None = None
     """Required as ``Authorization: Bearer KEY`` on every route but ``/health``."""
     allowed_hosts: tuple[str, ...] | None = None

@@ -59,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model name reported in responses (default tito-<family>)")
     p.add_argument("--strict-template", action="store_true",
                    help="refuse to start when the append-only self-check fails")
+    p.add_argument("--journal", default=None, metavar="DIR",
+                   help="write-ahead journal folder: every session creation, committed turn "
+                        "and deletion is fsynced before the client is answered, and replayed "
+                        "on start (sessions survive kill -9)")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health "
                         "(default: $TITO_API_KEY; unset: no key)")
@@ -84,7 +88,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_json_depth=args.max_json_depth, max_prompt_tokens=args.max_prompt_tokens,
         engine_timeout=args.engine_timeout, served_model_name=args.served_model_name,
         strict_template=args.strict_template, access_log=args.access_log,
-        api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
+        journal=args.journal, api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
         allowed_hosts=None if args.allowed_hosts is None else
         tuple(args.allowed_hosts.split(",")),
         log_level=args.log_level,

@@ -53,6 +53,8 @@ def create_app(gateway: Gateway) -> Starlette:
         finally:
             sweeper.cancel()
             gateway.workers.shutdown(wait=False, cancel_futures=True)
+            if gateway.journal is not None:
+                gateway.journal.close()
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},

@@ -24,8 +24,9 @@ from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer
 from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
+from tito.server.journal import Journal
 from tito.server.metrics import Metrics
-from tito.session.linear import LinearSession, TurnPlan
+from tito.session.linear import LinearSession, TurnCommit, TurnPlan
 from tito.session.matchers import resolve_matcher
 from tito.session.store import SessionStore
 from tito.types.engine import Engine, GenerateResult, SamplingParams, check_output
@@ -69,9 +70,31 @@ class Gateway:
         self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
         self._probed_at = -PROBE_EVERY_S
         self._engine_error: str | None = None
+        self.journal: Journal | None = None
+        if config.journal is not None:
+            self.journal = Journal(config.journal)
+            state = self.journal.load(self._new_session)
+            self.store.restore(state.live, state.gone)
+            self.store.on_forget = self.journal.deleted
 
     def _new_session(self, session_id: str) -> LinearSession:
         return LinearSession(session_id, self.renderer, self.matcher)
+
+    async def create_session(self) -> LinearSession:
+        session = self.store.create()
+        if self.journal is not None:
+            try:
+                await self.journal.created(session)
+            except BaseException:
+                self.store.discard(session.session_id)
+                raise
+        self.metrics.inc("sessions_created_total")
+        return session
+
+    async def delete_session(self, session_id: str) -> None:
+        durable = self.store.delete(session_id)
+        if durable is not None:
+            await durable
 
     def session(self, session_id: str) -> LinearSession:
         """The live session ``session_id`` (NotFound otherwise)."""
@@ -141,7 +164,9 @@ class Gateway:
             if session.closed:
                 session.release(plan)  # deleted while the engine ran: reply, store nothing
             else:
-                record = session.commit(plan, result, output, parsed.to_message())
+                turn = session.prepare_commit(plan, result, output, parsed.to_message())
+                await self._store_turn(session, turn, plan)
+                record = turn.record
         except BaseException:
             session.release(plan)
             raise
@@ -151,6 +176,26 @@ class Gateway:
         if plan.rolled_back:
             self.metrics.inc("rollbacks_total")
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids))
+
+    async def _store_turn(self, session: LinearSession, turn: TurnCommit,
+                          plan: TurnPlan) -> None:
+        """Apply a prepared turn; with a journal, once it is durable. Not interrupted by a
+        cancellation (a client that leaves now): the turn is finished, then it propagates."""
+        if self.journal is None:
+            session.apply(turn, plan)
+            return
+        journal = self.journal
+
+        async def store() -> None:
+            await journal.turn(session.session_id, turn)
+            session.apply(turn, plan)
+
+        task = asyncio.ensure_future(store())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task
+            raise
 
     async def engine_state(self, *, refresh: bool = False) -> str | None:
         """None when the engine is up, else why not (probed at most once a second)."""

@@ -49,8 +49,7 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
 
 
 async def create_session(gateway: Gateway, request: Request) -> Response:
-    session = gateway.store.create()
-    gateway.metrics.inc("sessions_created_total")
+    session = await gateway.create_session()
     return json_response({"session_id": session.session_id})
 
 
@@ -128,7 +127,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
 
 
 async def delete_session(gateway: Gateway, request: Request) -> Response:
-    gateway.store.delete(request.path_params["session_id"])
+    await gateway.delete_session(request.path_params["session_id"])
     return Response(status_code=204)
 
 

@@ -49,6 +49,19 @@ class TurnPlan:
         return self.request.messages[self.keep_messages :]
 
 
+@dataclass(slots=True)
+class TurnCommit:
+    """One committed turn as it changes a session: what the journal stores and replays."""
+
+    keep_records: int
+    keep_messages: int
+    appended: list[Message]
+    message: Message
+    """The assistant message parsed from the generation."""
+    tools: list[dict[str, Any]] | None
+    record: TurnRecord
+
+
 class LinearSession:
     """The state of one v1 trajectory."""
 
@@ -176,12 +189,14 @@ class LinearSession:
 
     def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                message: Message) -> TurnRecord:
-        """Store the generation (applying the planned rollback first), atomically.
+        """Store the generation (applying the planned rollback first), atomically."""
+        turn = self.prepare_commit(plan, result, output, message)
+        self.apply(turn, plan)
+        return turn.record
 
-        Everything that can fail — building the record, allocating the snapshot — happens
-        before the first mutation; what follows are list and buffer writes that cannot.
-        """
-        now = time.time()
+    def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
+                       message: Message) -> TurnCommit:
+        """The committed turn, built without changing the session (it may fail)."""
         record = TurnRecord(
             turn=plan.keep_records,
             drop=plan.drop,
@@ -194,39 +209,49 @@ class LinearSession:
             cached_tokens=result.cached_tokens,
             e2e_latency=result.e2e_latency,
             request_ts=plan.request_ts,
-            commit_ts=now,
+            commit_ts=time.time(),
             routed_experts=None,
             request={
                 "appended_roles": [m.get("role") for m in plan.appended],
                 "rolled_back": plan.rolled_back,
             },
         )
-        checkpoint = len(plan.prompt_ids) + len(output.ids)
-        if plan.keep_records == 0 or plan.rolled_back:
-            snapshot = IdBuffer(plan.prompt_ids)
-            snapshot.extend(output.ids)
-        else:
-            snapshot = self.snapshot
-            snapshot.reserve(checkpoint)
-        # -- no failure past this line: apply ----------------------------------------------
-        if snapshot is self.snapshot:
-            snapshot.truncate(len(snapshot) - plan.drop)
-            snapshot.extend(plan.bridge_ids)
-            snapshot.extend(output.ids)
+        return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,
+                          plan.request.tools, record)
+
+    def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
+        """Apply a prepared turn. With its ``plan`` the snapshot is extended (its room is
+        allocated first: past that, nothing can fail); without (journal replay) the
+        snapshot is rebuilt from the records by :meth:`rebuild_snapshot` afterwards."""
+        snapshot = self.snapshot
+        if plan is not None:
+            out = turn.record.output_ids
+            if plan.keep_records == 0 or plan.rolled_back:
+                snapshot = IdBuffer(plan.prompt_ids)
+                snapshot.extend(out)
+            else:
+                snapshot.reserve(len(plan.prompt_ids) + len(out))
+                snapshot.truncate(len(snapshot) - plan.drop)
+                snapshot.extend(plan.bridge_ids)
+                snapshot.extend(out)
+        # -- no failure past this line ----------------------------------------------------
         self.snapshot = snapshot
-        if plan.keep_records < len(self.records):
-            del self.records[plan.keep_records :]
-            del self.checkpoint_ends[plan.keep_records :]
-        del self.messages[plan.keep_messages :]
-        self.messages.extend(plan.appended)
-        self.messages.append(message)
-        self.records.append(record)
+        if turn.keep_records < len(self.records):
+            del self.records[turn.keep_records :]
+            del self.checkpoint_ends[turn.keep_records :]
+        del self.messages[turn.keep_messages :]
+        self.messages.extend(turn.appended)
+        self.messages.append(turn.message)
+        self.records.append(turn.record)
         self.checkpoint_ends.append(len(self.messages))
-        if plan.request.tools is not None:
-            self.tools = plan.request.tools
-        self.last_active = now
+        if turn.tools is not None:
+            self.tools = turn.tools
+        self.last_active = turn.record.commit_ts
         self.in_flight = False
-        return record
+
+    def rebuild_snapshot(self) -> None:
+        """The token snapshot from the records (after a journal replay)."""
+        self.snapshot = IdBuffer(snapshot_ids(self.records))
 
     # -- views ---------------------------------------------------------------------------
     @property

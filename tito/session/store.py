@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from tito.session.linear import LinearSession
 from tito.types.errors import Gone, NotFound, OverCapacity
@@ -29,6 +30,8 @@ class SessionStore:
         self.idle_ttl = idle_ttl
         self.max_tombstones = max_tombstones
         self.expired_total = 0
+        self.on_forget: Callable[[str, str], Any] | None = None
+        """Called with (id, reason) when a session is deleted or expires (the journal)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -58,9 +61,20 @@ class SessionStore:
                            code="session_not_found")
         return session
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str) -> Any:
+        """Delete; returns what :attr:`on_forget` returned (e.g. a journal write)."""
         self.get(session_id)
-        self._forget(session_id, "deleted")
+        return self._forget(session_id, "deleted")
+
+    def discard(self, session_id: str) -> None:
+        """Forget a session that was never handed out (its creation failed)."""
+        self._sessions.pop(session_id, None)
+
+    def restore(self, live: dict[str, LinearSession], gone: dict[str, str]) -> None:
+        """Sessions and tombstones brought back from a journal (ids unchanged)."""
+        self._sessions.update(live)
+        for session_id, reason in gone.items():
+            self._tombstones[session_id] = reason
 
     def evict_idle(self, now: float | None = None) -> int:
         """Drop sessions idle for longer than the TTL (never one with a turn in flight)."""
@@ -72,11 +86,12 @@ class SessionStore:
         self.expired_total += len(stale)
         return len(stale)
 
-    def _forget(self, session_id: str, reason: str) -> None:
+    def _forget(self, session_id: str, reason: str) -> Any:
         self._sessions.pop(session_id).closed = True
         self._tombstones[session_id] = reason
         while len(self._tombstones) > self.max_tombstones:
             self._tombstones.popitem(last=False)
+        return None if self.on_forget is None else self.on_forget(session_id, reason)
 
     def values(self) -> list[LinearSession]:
         return list(self._sessions.values())
