@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from tito.engines.sglang import SGLangEngine, parse_generate_response, sampling_payload
 from tito.net import bind_tcp, url_of
-from tito.types.engine import SamplingParams
+from tito.types.engine import LOGPROB_TOLERANCE, SamplingParams
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ VALID: dict[str, Any] = {
         "completion_tokens": 3,
         "cached_tokens": 4,
         "e2e_latency": 0.25,
-        "output_token_logprobs": [[-0.5, 11, "Hi"], [-1.25, 12, None], [None, 2]],
+        "output_token_logprobs": [[-0.5, 11, "Hi"], [-1.25, 12, None], [0.0, 2]],
         "routed_experts": base64.b64encode(b"\x01\x00\x00\x00").decode(),
     },
 }
@@ -53,10 +54,17 @@ def reply(**meta: Any) -> dict[str, Any]:
     return data
 
 
-def parse_error(data: Any) -> EngineError:
+def parse_error(data: Any, **kw: Any) -> EngineError:
     with pytest.raises(EngineError) as info:
-        parse_generate_response(data, rid="r1")
+        parse_generate_response(data, rid="r1", **kw)
     return info.value
+
+
+def protocol_error(data: Any, **kw: Any) -> EngineError:
+    """The error of a malformed reply: a plain EngineError with ``engine_protocol_error``."""
+    err = parse_error(data, **kw)
+    assert type(err) is EngineError and err.code == "engine_protocol_error", err
+    return err
 
 
 # ---- parse_generate_response ---------------------------------------------------------------
@@ -84,24 +92,24 @@ def test_minimal_reply_defaults() -> None:
 
 
 def test_mismatched_logprob_ids() -> None:
-    data = reply(output_token_logprobs=[[-0.5, 11, "Hi"], [-1.25, 99, None], [None, 2]])
-    err = parse_error(data)
+    data = reply(output_token_logprobs=[[-0.5, 11, "Hi"], [-1.25, 99, None], [0.0, 2]])
+    err = protocol_error(data)
     assert "logprob entry 1 is for token 99, output_ids has 12" in str(err)
 
 
 def test_logprob_count_mismatch() -> None:
-    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"]]))
+    err = protocol_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"]]))
     assert "1 output_token_logprobs for 3 output_ids" in str(err)
 
 
 def test_missing_logprobs() -> None:
-    err = parse_error(reply(output_token_logprobs=...))
+    err = protocol_error(reply(output_token_logprobs=...))
     assert "meta_info.output_token_logprobs" in str(err)
 
 
 @pytest.mark.parametrize("finish", [{"type": "weird"}, "stop", None, [], {"kind": "stop"}])
 def test_unknown_finish_reason(finish: Any) -> None:
-    err = parse_error(reply(finish_reason=finish))
+    err = protocol_error(reply(finish_reason=finish))
     assert "unknown finish_reason" in str(err)
 
 
@@ -109,42 +117,84 @@ def test_unknown_finish_reason(finish: Any) -> None:
 def test_malformed_meta_info(meta: Any) -> None:
     data = copy.deepcopy(VALID)
     data["meta_info"] = meta
-    err = parse_error(data)
-    assert type(err) is EngineError
+    err = protocol_error(data)
     assert "meta_info is" in str(err) and "not an object" in str(err)
 
 
 @pytest.mark.parametrize("data", [[], "text", None, {"output_ids": [1]}])
 def test_not_a_result_object(data: Any) -> None:
-    assert "is not a /generate result object" in str(parse_error(data))
+    assert "is not a /generate result object" in str(protocol_error(data))
 
 
 @pytest.mark.parametrize("output_ids", [None, "11 12 2", {"0": 11}, 12])
 def test_output_ids_not_a_list(output_ids: Any) -> None:
     data = reply()
     data["output_ids"] = output_ids
-    assert "has no output_ids" in str(parse_error(data))
+    assert "has no output_ids" in str(protocol_error(data))
 
 
 @pytest.mark.parametrize("bad", ["12", 12.0, True, None, [12]])
 def test_output_ids_not_token_ids(bad: Any) -> None:
     data = reply()
     data["output_ids"] = [11, bad, 2]
-    assert "output_ids[1] is" in str(parse_error(data))
+    assert "output_ids[1] is" in str(protocol_error(data))
 
 
 @pytest.mark.parametrize("entry", [[-1.25], [-1.25, 12, None, "extra"], [], "x", None,
                                    {"logprob": -1.25, "id": 12}, 12])
 def test_malformed_logprob_entry(entry: Any) -> None:
-    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], entry, [None, 2]]))
-    assert type(err) is EngineError
+    err = protocol_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], entry, [0.0, 2]]))
     assert "output_token_logprobs[1]" in str(err)
 
 
-@pytest.mark.parametrize("value", ["-1.25", [1], {"v": 1}, True])
+@pytest.mark.parametrize("value", ["-1.25", [1], {"v": 1}, True, None])
 def test_logprob_value_not_a_number(value: Any) -> None:
-    err = parse_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], [value, 12], [None, 2]]))
+    err = protocol_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], [value, 12], [0.0, 2]]))
     assert "output_token_logprobs[1][0]" in str(err)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e300, 0.5, 1, 1e-4,
+                                   10**400, -(10**400)])
+def test_logprob_not_a_log_probability(value: Any) -> None:
+    """A logprob must be finite and <= 0 (LOGPROB_TOLERANCE aside); the error names the
+    entry (slow path too)."""
+    err = protocol_error(reply(output_token_logprobs=[[-0.5, 11, "Hi"], [value, 12], [0.0, 2]]))
+    assert "output_token_logprobs[1][0]" in str(err)
+    assert "not a log-probability (finite and <= 0)" in str(err)
+
+
+@pytest.mark.parametrize("values", [[-0.0, 0.0, -1e-300], [0, -1, -2], [-1e308, -1e308, -1e308],
+                                    [-0.5, LOGPROB_TOLERANCE, 2e-8]])
+def test_logprob_edge_values_are_accepted(values: list[Any]) -> None:
+    """0, ints, huge finite negatives (whose sum overflows the fast check) and the tiny
+    positives of an engine's log-softmax rounding (as the gateway's check_output) pass."""
+    rows = [[v, t] for v, t in zip(values, [11, 12, 2], strict=True)]
+    result = parse_generate_response(reply(output_token_logprobs=rows), rid="r1")
+    assert result.logprobs == [float(v) for v in values]
+    assert all(type(v) is float for v in result.logprobs)
+
+
+def test_logprob_null_is_a_protocol_error() -> None:
+    """SGLang's orjson writes a NaN logprob as null: never read it as a logprob of 0."""
+    err = protocol_error(reply(output_token_logprobs=[[-0.5, 11], [None, 12], [0.0, 2]]))
+    assert "output_token_logprobs[1][0] is null" in str(err)
+
+
+@pytest.mark.parametrize("bad", [-1, -151936])
+def test_negative_output_id(bad: int) -> None:
+    data = reply(output_token_logprobs=[[-0.5, 11], [-1.25, bad], [0.0, 2]])
+    data["output_ids"] = [11, bad, 2]
+    err = protocol_error(data)
+    assert f"output_ids[1] is {bad}, a negative token id" in str(err)
+
+
+def test_output_id_outside_the_vocabulary() -> None:
+    data = reply(output_token_logprobs=[[-0.5, 11], [-1.25, 12], [0.0, 100]])
+    data["output_ids"] = [11, 12, 100]
+    assert parse_generate_response(data, rid="r1").output_ids == [11, 12, 100]  # unknown
+    assert parse_generate_response(data, rid="r1", vocab_size=101).output_ids[-1] == 100
+    err = protocol_error(data, vocab_size=100)
+    assert "output_ids[2] is 100, outside the vocabulary (100 ids)" in str(err)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -154,13 +204,17 @@ def test_logprob_value_not_a_number(value: Any) -> None:
     ("routed_experts", "abc"),
 ])
 def test_malformed_meta_fields(field: str, value: Any) -> None:
-    err = parse_error(reply(**{field: value}))
-    assert type(err) is EngineError
+    err = protocol_error(reply(**{field: value}))
     assert f"meta_info.{field}" in str(err)
 
 
+@pytest.mark.parametrize("field", ["cached_tokens", "prompt_tokens"])
+def test_negative_counts(field: str) -> None:
+    assert f"meta_info.{field} is int -1, not a count" in str(protocol_error(reply(**{field: -1})))
+
+
 def test_malformed_matched_stop() -> None:
-    err = parse_error(reply(finish_reason={"type": "stop", "matched": [2]}))
+    err = protocol_error(reply(finish_reason={"type": "stop", "matched": [2]}))
     assert "meta_info.finish_reason.matched" in str(err)
 
 
@@ -181,8 +235,7 @@ def test_abort_with_5xx_status_is_an_engine_error() -> None:
 
 
 def test_abort_with_a_malformed_status() -> None:
-    err = parse_error(reply(finish_reason={"type": "abort", "status_code": "500"}))
-    assert type(err) is EngineError
+    err = protocol_error(reply(finish_reason={"type": "abort", "status_code": "500"}))
     assert "meta_info.finish_reason.status_code" in str(err)
 
 
@@ -253,6 +306,7 @@ async def test_http_500_is_an_engine_error(scripted: Any) -> None:
     with pytest.raises(EngineError) as info:
         await generate(await scripted(handler))
     assert not isinstance(info.value, EngineRejected)
+    assert info.value.code == "engine_error"
     assert "HTTP 500" in str(info.value) and "Internal Server Error" in str(info.value)
 
 
@@ -262,6 +316,7 @@ async def test_non_json_body_is_an_engine_error(scripted: Any) -> None:
 
     with pytest.raises(EngineError, match="is not JSON") as info:
         await generate(await scripted(handler))
+    assert info.value.code == "engine_protocol_error"
     assert isinstance(info.value.__cause__, orjson.JSONDecodeError)
 
 
@@ -269,8 +324,9 @@ async def test_garbage_json_is_an_engine_error(scripted: Any) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"output_ids": [1], "meta_info": [1]})
 
-    with pytest.raises(EngineError, match="meta_info is list"):
+    with pytest.raises(EngineError, match="meta_info is list") as info:
         await generate(await scripted(handler))
+    assert info.value.code == "engine_protocol_error"
 
 
 async def test_valid_reply_over_http(scripted: Any) -> None:
@@ -293,6 +349,7 @@ async def test_connection_refused_is_an_engine_error() -> None:
     sock.close()  # nothing listens there any more
     with pytest.raises(EngineError, match="transport error") as info:
         await generate(url)
+    assert type(info.value) is EngineError and info.value.code == "engine_error"
     assert info.value.__cause__ is not None
 
 
@@ -301,8 +358,9 @@ async def test_timeout_is_an_engine_timeout(scripted: Any) -> None:
         await asyncio.sleep(0.3)
         return web.json_response(reply())
 
-    with pytest.raises(EngineTimeout, match="timed out"):
+    with pytest.raises(EngineTimeout, match="timed out") as info:
         await generate(await scripted(handler), timeout=0.05)
+    assert info.value.code == "engine_timeout"
 
 
 @pytest.mark.skipif(not SMOLLM2.is_dir(), reason=f"needs the fixture tokenizer {SMOLLM2}")

@@ -54,7 +54,7 @@ async def test_replay_restores_sessions_bit_for_bit(make_gateway: Any, tmp_path:
                 messages += [await chat(http, sid, messages),
                              {"role": "user", "content": f"more {t}"}]
             if n == 2:  # a retry that rolls the last turn back, journaled as such
-                await chat(http, sid, messages[:-2] + [{"role": "user", "content": "again"}])
+                await chat(http, sid, [*messages[:-2], {"role": "user", "content": "again"}])
             sids.append(sid)
             views[sid] = await view(http, sid)
             outs[sid] = await samples(http, sid)

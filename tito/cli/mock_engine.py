@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tito.engines.mock import MockConfig, build_engine
+from tito.engines.mock import FAULT_MODES, MockConfig, build_engine, parse_fault
 from tito.net import bind_tcp, serve_forever
 
 
@@ -52,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-log-size", type=int, default=1000,
                         help="requests kept in the GET /mock/requests log (oldest dropped; "
                              "0: unbounded)")
+    parser.add_argument("--keepalive-timeout", type=float, default=5.0, metavar="S",
+                        help="seconds an idle keep-alive connection is kept open (uvicorn's "
+                             "timeout_keep_alive; 5 is uvicorn's and SGLang's default)")
+    parser.add_argument("--fault", action="append", default=[], metavar="MODE[:ARG]",
+                        help="inject a failure into every /generate reply (repeatable; one "
+                             "request: a 'FAULT <mode> [<arg>]' directive line); modes: "
+                             + ", ".join(FAULT_MODES))
     parser.add_argument("--log-level", default="warning",
                         choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn log level")
@@ -64,7 +71,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         weight_version=args.weight_version, served_model_name=args.served_model_name,
         enable_return_routed_experts=args.enable_return_routed_experts,
         num_layers=args.num_layers, topk=args.topk, num_experts=args.num_experts,
-        request_log_size=args.request_log_size,
+        request_log_size=args.request_log_size, keepalive_timeout=args.keepalive_timeout,
+        faults=tuple(args.fault),
     )
 
 
@@ -74,6 +82,13 @@ def config_problem(config: MockConfig) -> str | None:
         return "need 1 <= --topk <= --num-experts and --num-layers >= 1"
     if config.context_length < 2:
         return "--context-length must be at least 2"
+    if not config.keepalive_timeout > 0:
+        return "--keepalive-timeout must be more than 0"
+    for spec in config.faults:
+        try:
+            parse_fault(spec)
+        except ValueError as exc:
+            return f"--fault {spec}: {exc}"
     return None
 
 
@@ -96,5 +111,5 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     serve_forever(engine.app(), sock, name="tito mock-engine", log_level=args.log_level,
-                  timeout_graceful_shutdown=2)
+                  timeout_graceful_shutdown=2, **engine.server_options())
     return 0

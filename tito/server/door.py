@@ -8,8 +8,9 @@ A pure ASGI middleware in front of every route, checked in this order:
    another origin cannot create sessions or post turns — 403 otherwise.
 3. With ``--api-key`` (or ``TITO_API_KEY``), every route but ``GET /health`` needs
    ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise.
-4. A request body must be JSON: a ``content-type`` other than ``application/json`` (or
-   ``+json``) is 415, so a cross-site ``text/plain`` form post never reaches a route.
+4. A request body must be JSON: a non-empty body whose ``content-type`` is not
+   ``application/json`` (or ``+json``) is 415, so a cross-site ``text/plain`` form post
+   never reaches a route (an empty body may carry any type: some clients label it).
 
 Refusals use the OpenAI error envelope and are counted in ``/metrics``.
 """
@@ -48,6 +49,13 @@ def allowed_host_names(configured: Iterable[str] | None, bind_host: str) -> froz
     if bind_host not in ("", "0.0.0.0", "::"):
         names.add(bind_host.lower())
     return frozenset(names)
+
+
+def _has_body(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length")
+    if length is not None:
+        return length.strip() not in (b"0", b"")
+    return b"transfer-encoding" in headers
 
 
 def _host_name(value: str) -> str:
@@ -93,7 +101,8 @@ class Door:
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY' "
                                 "(the gateway runs with --api-key)")
         content_type = headers.get(b"content-type")
-        if content_type is not None and scope["method"] in _BODY_METHODS:
+        if content_type is not None and scope["method"] in _BODY_METHODS and \
+                _has_body(headers):
             media = content_type.split(b";", 1)[0].strip().lower()
             if media != b"application/json" and not media.endswith(b"+json"):
                 return UnsupportedMediaType(

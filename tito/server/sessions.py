@@ -43,8 +43,15 @@ async def health(gateway: Gateway, request: Request) -> Response:
 
 
 async def metrics(gateway: Gateway, request: Request) -> Response:
-    text = gateway.metrics.render({"sessions": len(gateway.store),
-                                   "sessions_expired_total": gateway.store.expired_total})
+    gauges: dict[str, float] = {"sessions": len(gateway.store),
+                                "sessions_expired_total": gateway.store.expired_total}
+    stale = getattr(gateway.engine, "stale_retries", None)
+    if isinstance(stale, int):  # requests resent after an idle-closed pooled connection
+        gauges["engine_stale_retries_total"] = stale
+    if gateway.journal is not None:
+        gauges["journal_fsyncs_total"] = gateway.journal.syncs
+        gauges["journal_frames_total"] = gateway.journal.frames_written
+    text = gateway.metrics.render(gauges)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

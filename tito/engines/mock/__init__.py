@@ -17,6 +17,10 @@ Modules:
 - :mod:`~tito.engines.mock.radix`: the prefix cache behind ``cached_tokens``;
 - :mod:`~tito.engines.mock.lifecycle`: admission, token-by-token generation, abort, pause;
 - :mod:`~tito.engines.mock.replies`: the ``/generate`` reply object;
+- :mod:`~tito.engines.mock.faults`: fault injection (``--fault``, ``FAULT`` directives):
+  which faults, what they change in a reply;
+- :mod:`~tito.engines.mock.faulty`: how a faulty reply goes out (error status, cut body,
+  connection reset);
 - :mod:`~tito.engines.mock.routes`: the Starlette app (:class:`MockEngine`).
 
 The command line is :mod:`tito.cli.mock_engine`.
@@ -29,13 +33,16 @@ from tito.engines.mock.contract import (
     check_sampling_params,
 )
 from tito.engines.mock.directives import MockModel, Plan, parse_directives
+from tito.engines.mock.faults import FAULT_MODES, Fault, parse_fault
 from tito.engines.mock.lifecycle import MockConfig, ReqState
 from tito.engines.mock.radix import RadixCache
 from tito.engines.mock.routes import MockEngine, build_engine
 
 __all__ = [
+    "FAULT_MODES",
     "SAMPLING_KEYS",
     "ContractError",
+    "Fault",
     "MockConfig",
     "MockEngine",
     "MockModel",
@@ -46,4 +53,5 @@ __all__ = [
     "build_engine",
     "check_sampling_params",
     "parse_directives",
+    "parse_fault",
 ]

@@ -11,6 +11,9 @@ for *directives*, one per line, each starting with a keyword:
   other directives produce, without its stop id, then filler), finish reason ``length``.
 - ``THINK <text>``: a reasoning block placed before whatever the other directives produce
   (dropped when the prompt ends with a thinking-off generation prompt).
+- ``FAULT <mode> [<arg>]``: a failure injected into this request's reply (several lines
+  combine; modes and arguments in :mod:`tito.engines.mock.faults`; an unknown mode or a
+  bad argument makes the line ignored).
 
 Other lines are ignored. Without SAY or CALL the reply is a short deterministic text
 derived from a hash of the prompt. The reply is an OpenAI assistant message rendered to
@@ -30,9 +33,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito.engines.mock.faults import Fault, parse_fault
 from tito.render.base import TemplateRenderer
 
-KEYWORDS = ("CALL", "SAY", "LONG", "THINK")
+KEYWORDS = ("CALL", "SAY", "LONG", "THINK", "FAULT")
 FILLER_TEXT = (
     " the quick brown fox jumps over the lazy dog and keeps running through the long green"
     " field while the sun goes down over the quiet hills"
@@ -52,10 +56,12 @@ class Script:
     say: list[str] = field(default_factory=list)
     think: list[str] = field(default_factory=list)
     long: int | None = None
+    faults: list[Fault] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.calls or self.say or self.think or self.long is not None)
+        return not (self.calls or self.say or self.think or self.long is not None
+                    or self.faults)
 
 
 def _call_directive(rest: str) -> tuple[str, str] | None:
@@ -93,6 +99,11 @@ def _apply_directive(script: Script, keyword: str, rest: str) -> None:
         n = _long_directive(rest)
         if n is not None:
             script.long = n
+    elif keyword == "FAULT":
+        try:
+            script.faults.append(parse_fault(rest))
+        except ValueError:
+            pass  # not a fault: ignored, as other lines that are not directives
 
 
 def parse_directives(text: str) -> Script:
@@ -180,6 +191,8 @@ class Plan:
     finish_reason: dict[str, Any]
     variant: dict[str, Any]
     message: dict[str, Any] | None
+    faults: tuple[Fault, ...] = ()
+    """``FAULT`` directives of the prompt: applied to the reply by the server."""
 
 
 class MockModel:
@@ -275,11 +288,16 @@ class MockModel:
             self._render_cache[key] = ids
         return list(ids)
 
-    def scripted(self, ids: Sequence[int], digest: bytes | None = None
+    def script(self, ids: Sequence[int]) -> Script:
+        """The directives of the prompt's last user/tool message."""
+        return parse_directives(self.last_message_text(ids))
+
+    def scripted(self, ids: Sequence[int], digest: bytes | None = None,
+                 script: Script | None = None
                  ) -> tuple[list[int], int | None, int, dict[str, Any] | None]:
         """(ids the model wants to emit, LONG limit or None, variant index, message)."""
         digest = digest if digest is not None else prompt_digest(ids)
-        script = parse_directives(self.last_message_text(ids))
+        script = script if script is not None else self.script(ids)
         vi = self.choose_variant(ids)
         thinking = self.thinking_on(self.variants[vi])
         if script.long is not None:
@@ -314,7 +332,8 @@ class MockModel:
     ) -> Plan:
         """The whole completion for ``ids`` under these sampling settings."""
         digest = digest if digest is not None else prompt_digest(ids)
-        wanted, long_limit, vi, message = self.scripted(ids, digest)
+        script = self.script(ids)
+        wanted, long_limit, vi, message = self.scripted(ids, digest, script)
         stops = set(stop_token_ids)
         if not ignore_eos:
             stops |= self.stop_ids
@@ -324,7 +343,7 @@ class MockModel:
         if finish is None:
             finish = {"type": "length", "length": limit}
         logprobs = [token_logprob(digest, i) for i in range(len(out))]
-        return Plan(out, logprobs, finish, self.variants[vi], message)
+        return Plan(out, logprobs, finish, self.variants[vi], message, tuple(script.faults))
 
     def _source(self, wanted: list[int]) -> Iterator[int]:
         """The ids the model wants, then filler forever (ignore_eos, or a masked stop)."""

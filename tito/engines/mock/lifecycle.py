@@ -52,6 +52,12 @@ class MockConfig:
     topk: int = 2
     num_experts: int = 16
     request_log_size: int = 1000
+    keepalive_timeout: float = 5.0
+    """Seconds an idle keep-alive connection is kept (uvicorn's ``timeout_keep_alive``,
+    whose default SGLang's server keeps)."""
+    faults: tuple[str, ...] = ()
+    """``MODE[:ARG]`` faults given to every ``/generate`` request
+    (:mod:`tito.engines.mock.faults`)."""
 
 
 @dataclass
@@ -100,7 +106,7 @@ class Lifecycle:
         entry = {"rid": rid, "input_ids": input_ids, "output_ids": None, "logprobs": None,
                  "finish_reason": None, "sampling_params": sp, "cached_tokens": None,
                  "weight_version": None, "stream": bool(body.get("stream")),
-                 "arrived": time.time()}
+                 "arrived": time.time(), "faults": []}
         return ReqState(rid, input_ids, sp, body, time.perf_counter(), entry)
 
     def register(self, req: ReqState) -> None:

@@ -11,9 +11,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from tito.engines.mock.contract import ContractError, RequestError, is_int
 from tito.engines.mock.directives import MockModel
+from tito.engines.mock.faults import Fault, fault_delay, parse_fault
+from tito.engines.mock.faulty import RAW_SEND, faulty_response
 from tito.engines.mock.lifecycle import PAUSE_MODES, Lifecycle, MockConfig, ReqState
 from tito.engines.mock.replies import Replies
 
@@ -45,6 +48,15 @@ async def _body(request: Request) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+class _App(Starlette):
+    """Starlette that keeps the server's own ``send`` in the scope (fault ``reset`` closes
+    the connection through it)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
 class MockEngine:
     """State and routes of one mock engine process."""
 
@@ -55,6 +67,11 @@ class MockEngine:
         self.core = Lifecycle(config, model)
         self.replies = Replies(config, model.tokenizer)
         self.served_model_name = config.served_model_name or config.tokenizer_dir
+        self.faults = tuple(parse_fault(spec) for spec in config.faults)
+
+    def server_options(self) -> dict[str, Any]:
+        """uvicorn options this engine is served with (:class:`tito.net.AppServer`)."""
+        return {"timeout_keep_alive": self.config.keepalive_timeout}
 
     def _result(self, req: ReqState, *, final: bool, upto: int | None = None) -> dict[str, Any]:
         return self.replies.result(req, self.core.weight_version, final=final, upto=upto)
@@ -75,17 +92,37 @@ class MockEngine:
         self.core.register(req)
         if body.get("stream"):
             return StreamingResponse(self._stream(req), media_type="text/event-stream")
+        faults = await self._run(request, req)
+        if faults:
+            return await faulty_response(request, self._result(req, final=True), faults,
+                                         vocab_size=self.tokenizer.vocab_size)
+        return _json(self._result(req, final=True))
+
+    async def _run(self, request: Request, req: ReqState) -> tuple[Fault, ...]:
+        """Generate ``req`` to the end (a client that goes away aborts it); its faults."""
         watcher = None
         if self.config.latency_ms > 0 or self.config.token_latency_ms > 0 or self.core.paused:
             watcher = asyncio.create_task(self._watch_disconnect(request, req))
         try:
             async for _ in self.core.drive(req):
                 pass
+            faults = self._faults(req)
+            delay = fault_delay(faults)
+            if delay > 0:
+                watcher = watcher or asyncio.create_task(self._watch_disconnect(request, req))
+                await self.core.sleep(req, delay)
         finally:
             self.core.finish(req)
             if watcher is not None:
                 watcher.cancel()
-        return _json(self._result(req, final=True))
+        return faults
+
+    def _faults(self, req: ReqState) -> tuple[Fault, ...]:
+        """The engine's faults and those the request's directives ask for (logged)."""
+        faults = self.faults + (req.plan.faults if req.plan is not None else ())
+        if faults:
+            req.log["faults"] = [f.spec for f in faults]
+        return faults
 
     async def _watch_disconnect(self, request: Request, req: ReqState) -> None:
         """A client that goes away aborts its request (SGLang notices within ~4 s)."""
@@ -253,7 +290,7 @@ class MockEngine:
             Route("/v1/detokenize", self.detokenize, methods=["POST"]),
             Route("/mock/requests", self.mock_requests, methods=["GET", "DELETE"]),
         ]
-        return Starlette(routes=routes)
+        return _App(routes=routes)
 
 
 def build_engine(config: MockConfig) -> MockEngine:
