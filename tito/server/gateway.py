@@ -73,7 +73,8 @@ class Gateway:
         self.journal: Journal | None = None
         if config.journal is not None:
             self.journal = Journal(config.journal)
-            state = self.journal.load(self._new_session)
+            state = self.journal.load(self._new_session,
+                                      max_gone=self.store.max_tombstones)
             self.store.restore(state.live, state.gone)
             self.store.on_forget = self.journal.deleted
 

@@ -144,10 +144,13 @@ class Journal:
         self.syncs = 0
         self.frames_written = 0
 
-    def load(self, new_session: Any) -> Replayed:
-        """Replay the file, then compact it to the live sessions' frames."""
+    def load(self, new_session: Any, *, max_gone: int = 100_000) -> Replayed:
+        """Replay the file, then compact it to the live sessions' frames (and the
+        ``max_gone`` latest tombstones)."""
         data = self.path.read_bytes() if self.path.exists() else b""
         state = replay(data, new_session)
+        if len(state.gone) > max_gone:
+            state.gone = dict(list(state.gone.items())[-max_gone:])
         kept = b"".join(raw for frames in state.frames.values() for raw in frames)
         kept += b"".join(frame({"op": "delete", "sid": sid, "reason": reason})
                          for sid, reason in state.gone.items())
