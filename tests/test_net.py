@@ -25,6 +25,8 @@ from support import start_gateway, start_mock
 from tito.config import ServerConfig
 from tito.stack import start_stack
 
+pytestmark = pytest.mark.slow  # real server processes
+
 SYS_PIDFD_GETFD = 438  # x86_64 and aarch64
 
 

@@ -55,6 +55,7 @@ async def test_access_log_is_one_line_per_request_when_asked(qwen3_dir: Path,
         assert records.lines == []
 
 
+@pytest.mark.slow
 async def test_a_failed_start_stops_the_mock_engine_it_spawned(qwen3_dir: Path) -> None:
     """--strict-template with the shipped (not append-only) template: the stack refuses,
     and the `tito mock-engine` child it had started is stopped again."""

@@ -27,6 +27,8 @@ from tito.net import bind_tcp, url_of
 from tito.types.engine import GenerateResult, SamplingParams
 from tito.types.errors import EngineError, EngineTimeout
 
+pytestmark = pytest.mark.slow  # real idle timeouts and keep-alive waits
+
 MakeMock = Callable[..., MockEngine]
 
 

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+import pytest
 from fakes import FakeEngine
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -45,6 +46,8 @@ from inproc import asgi_client, new_session
 from tito.client.rollout import sample_violations
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
+
+pytestmark = pytest.mark.slow  # thousands of generated bodies (~16 s)
 
 T = TypeVar("T")
 JSON_HEADERS = {"content-type": "application/json"}

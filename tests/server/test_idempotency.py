@@ -86,6 +86,7 @@ async def test_a_retry_of_a_failed_turn_runs_again(client: httpx.AsyncClient,
     assert len(engine.calls) == 2 and await turns(client, sid) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 async def test_sdk_timeout_and_retry_end_to_end(make_gateway: Any, stream: bool) -> None:
     """The real openai SDK times out on a slow turn and retries: the first request is
