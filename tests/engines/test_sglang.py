@@ -10,7 +10,7 @@ import asyncio
 import base64
 import copy
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -261,23 +261,13 @@ Handler = Callable[[web.Request], Any]
 
 
 @pytest.fixture
-async def scripted() -> AsyncIterator[Callable[[Handler], Any]]:
-    """Start a local aiohttp server whose ``/generate`` is the given handler; its URL."""
-    runners: list[web.AppRunner] = []
+def scripted(web_server: Callable[[Any], Awaitable[str]]) -> Callable[[Handler], Awaitable[str]]:
+    """A local aiohttp server whose ``/generate`` is the given handler (its URL)."""
 
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_post("/generate", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        sock = bind_tcp("127.0.0.1", 0)
-        await web.SockSite(runner, sock).start()
-        runners.append(runner)
-        return url_of(sock)
+    def start(handler: Handler) -> Awaitable[str]:
+        return web_server({("POST", "/generate"): handler})
 
-    yield start
-    for runner in runners:
-        await runner.cleanup()
+    return start
 
 
 async def generate(url: str, **kw: Any) -> Any:

@@ -51,6 +51,25 @@ def decode_json(body: bytes, *, allow_empty: bool = False) -> Any:
         raise BadRequest(f"invalid JSON body: {exc}", code="invalid_json") from exc
 
 
+def check_depth(fields: dict[str, Any], limit: int) -> None:
+    """BadRequest ``json_too_deep`` when a value of ``fields`` nests JSON deeper than
+    ``limit`` levels (the field itself is level 1).
+
+    Deep nesting is refused at the door: stored messages are re-serialized later (views,
+    templates, samples metadata) by code with recursion limits of its own. One walk over
+    the containers only; scalars cost nothing."""
+    stack = [(value, 1, key) for key, value in fields.items()
+             if isinstance(value, (dict, list))]
+    while stack:
+        item, depth, key = stack.pop()
+        if depth > limit:
+            raise BadRequest(f"{key} nests JSON deeper than {limit} levels "
+                             "(--max-json-depth)", code="json_too_deep")
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend([(child, depth + 1, key) for child in children
+                      if isinstance(child, (dict, list))])
+
+
 CLIENT_CLOSED = 499
 """Status recorded for a request whose client went away (nginx's "client closed request");
 nobody receives it."""

@@ -11,8 +11,7 @@ from starlette.responses import PlainTextResponse, Response
 from tito.server import openai
 from tito.server.api import Api
 from tito.server.gateway import Gateway
-from tito.server.http import json_response, read_json
-from tito.server.openai.models import check_depth
+from tito.server.http import check_depth, json_response, read_json
 from tito.types.errors import BadRequest, NotFound
 
 MAX_PAGE = 1000

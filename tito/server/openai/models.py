@@ -14,6 +14,7 @@ from typing import Any, Generic, Literal, NotRequired, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
+from tito.server.http import check_depth
 from tito.types.errors import BadRequest
 
 T = TypeVar("T")
@@ -122,25 +123,6 @@ class ChatCompletionRequest(_Open):
         if isinstance(value, list) and len(value) > 32:
             raise ValueError("at most 32 stop strings")
         return value
-
-
-def check_depth(fields: dict[str, Any], limit: int) -> None:
-    """BadRequest ``json_too_deep`` when a value of ``fields`` nests JSON deeper than
-    ``limit`` levels (the field itself is level 1).
-
-    Deep nesting is refused at the door: stored messages are re-serialized later (views,
-    templates, samples metadata) by code with recursion limits of its own. One walk over
-    the containers only; scalars cost nothing."""
-    stack = [(value, 1, key) for key, value in fields.items()
-             if isinstance(value, (dict, list))]
-    while stack:
-        item, depth, key = stack.pop()
-        if depth > limit:
-            raise BadRequest(f"{key} nests JSON deeper than {limit} levels "
-                             "(--max-json-depth)", code="json_too_deep")
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend([(child, depth + 1, key) for child in children
-                      if isinstance(child, (dict, list))])
 
 
 def describe_validation_error(exc: ValidationError) -> str:
