@@ -87,3 +87,38 @@ class FakeEngine:
 
     async def close(self) -> None:
         self.closed = True
+
+
+class ModelEngine(FakeEngine):
+    """The mock engine's scripted model (:class:`tito.engines.mock.directives.MockModel`)
+    in this process: replies follow the prompt's directives (``CALL``, ``SAY``, ``LONG``),
+    deterministically per prompt, so concurrent agents get their own replies in any
+    interleaving. (The wire format is the mock server's business, tested elsewhere.)"""
+
+    name = "model"
+
+    def __init__(self, renderer: TemplateRenderer, *, context: int | None = None) -> None:
+        from tito.engines.mock.directives import MockModel
+
+        super().__init__(renderer, context=context)
+        self.model = MockModel(renderer)
+
+    async def generate(self, input_ids: Sequence[int] | np.ndarray, params: SamplingParams,
+                       rid: str, *, return_routed_experts: bool = False,
+                       routed_experts_start_len: int = 0) -> GenerateResult:
+        ids = [int(i) for i in input_ids]
+        self.calls.append(Call(ids, params, rid))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.replies:  # a scripted failure (or reply) still comes first
+            reply = self.replies.popleft()
+            if isinstance(reply, BaseException):
+                raise reply
+        from tito.engines.mock.directives import prompt_digest
+
+        plan = self.model.plan(ids, max_new_tokens=params.max_new_tokens)
+        finish = "length" if plan.finish_reason["type"] == "length" else "stop"
+        return GenerateResult(output_ids=plan.output_ids, logprobs=plan.logprobs,
+                              finish_reason=finish,  # type: ignore[arg-type]
+                              prompt_tokens=len(ids),
+                              weight_version=f"w{prompt_digest(ids).hex()[:6]}")

@@ -42,7 +42,7 @@ class TurnPlan:
     bridge_ids: np.ndarray
     prompt_ids: np.ndarray
     rolled_back: int
-    request_ts: float = field(default_factory=time.time)
+    request_ts: float = field(default_factory=lambda: time.time())
 
     @property
     def appended(self) -> list[Message]:
