@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeEngine
 
 from tito.server.gateway import Gateway
-from tito.session import linear
+from tito.session import turns
 from tito.session.idbuffer import IdBuffer
 from tito.session.linear import LinearSession
 from tito.types.engine import GenerateResult, SamplingParams
@@ -65,9 +65,9 @@ STEPS: dict[str, Callable[[pytest.MonkeyPatch, Gateway], None]] = {
     "huge_logprob": lambda mp, gw: bad_reply(mp, gw.engine, logprobs=lambda r: [
         1e300, *r.logprobs[1:]]),
     "parse": lambda mp, gw: mp.setattr(gw.renderer, "parse", raising),
-    "record": lambda mp, gw: mp.setattr(linear, "TurnRecord", raising),
+    "record": lambda mp, gw: mp.setattr(turns, "TurnRecord", raising),
     "snapshot_grow": lambda mp, gw: mp.setattr(IdBuffer, "reserve", raising),
-    "snapshot_new": lambda mp, gw: mp.setattr(linear, "IdBuffer", raising),
+    "snapshot_new": lambda mp, gw: mp.setattr(turns, "IdBuffer", raising),
 }
 
 USER = {"role": "user", "content": "hello"}

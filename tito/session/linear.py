@@ -15,51 +15,28 @@ leaves the session exactly as it was.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
-from tito.session.matchers import BUILTIN, Matcher
+from tito.session.matchers import Matcher
+from tito.session.turns import (
+    TurnCommit,
+    TurnPlan,
+    build_commit,
+    exact_matches,
+    extend_in_place,
+    extended_snapshot,
+    extension,
+    first_turn,
+    match_len,
+)
 from tito.types.engine import CheckedOutput, GenerateResult
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
-from tito.types.records import IDS_DTYPE, TurnRecord, snapshot_ids
+from tito.types.records import TurnRecord, snapshot_ids
 
-
-@dataclass(slots=True)
-class TurnPlan:
-    """A validated turn, ready for the engine; nothing in the session has changed yet."""
-
-    request: TurnRequest
-    keep_records: int
-    """Records kept (fewer than now on a rollback)."""
-    keep_messages: int
-    """Stored messages kept; ``request.messages[keep_messages:]`` are appended."""
-    drop: int
-    bridge_ids: np.ndarray
-    prompt_ids: np.ndarray
-    rolled_back: int
-    request_ts: float = field(default_factory=lambda: time.time())
-
-    @property
-    def appended(self) -> list[Message]:
-        return self.request.messages[self.keep_messages :]
-
-
-@dataclass(slots=True)
-class TurnCommit:
-    """One committed turn as it changes a session: what the journal stores and replays."""
-
-    keep_records: int
-    keep_messages: int
-    appended: list[Message]
-    message: Message
-    """The assistant message parsed from the generation."""
-    tools: list[dict[str, Any]] | None
-    record: TurnRecord
+__all__ = ["LinearSession", "TurnCommit", "TurnPlan"]
 
 
 class LinearSession:
@@ -72,8 +49,7 @@ class LinearSession:
         self.session_id = session_id
         self.renderer = renderer
         self.matcher = matcher
-        # equal messages match under every builtin matcher (not necessarily a custom one)
-        self._exact_matches = matcher in BUILTIN.values()
+        self._exact = exact_matches(matcher)
         self.max_rollback = max_rollback
         self.messages: list[Message] = []
         self.records: list[TurnRecord] = []
@@ -88,17 +64,6 @@ class LinearSession:
         self.last_active = self.created_at
 
     # -- planning -------------------------------------------------------------------------
-    def _match_len(self, request: list[Message]) -> int:
-        kept = self.messages
-        if self._exact_matches and request[: len(kept)] == kept:
-            return len(kept)  # one C-level comparison: equal dicts match every builtin
-        n = 0
-        for stored, replayed in zip(self.messages, request, strict=False):
-            if not self.matcher(stored, replayed):
-                break
-            n += 1
-        return n
-
     def plan(self, request: TurnRequest) -> TurnPlan:
         """Validate ``request`` and compute its prompt ids; raises before any mutation."""
         self.begin()
@@ -127,59 +92,33 @@ class LinearSession:
 
     def _plan(self, request: TurnRequest) -> TurnPlan:
         messages = request.messages
-        kwargs = request.template_kwargs
         if not self.records:
-            return self._first_turn(request, rolled_back=0)
-        match_len = self._match_len(messages)
-        if match_len == len(self.messages):
+            return first_turn(self.renderer, request)
+        matched = match_len(self.matcher, self.messages, messages, exact=self._exact)
+        if matched == len(self.messages):
             target = len(self.records) - 1  # plain extension (or exact resend)
         else:
             target = -1
             for k, end in enumerate(self.checkpoint_ends):
-                if end <= match_len:
+                if end <= matched:
                     target = k
             discard = len(self.records) - (target + 1)
             if discard > self.max_rollback:
                 raise BadRequest(
                     f"rollback too deep: discard_count={discard} exceeds the limit of "
-                    f"{self.max_rollback} generated turn(s) (stored has {len(self.messages)} "
-                    f"messages, request has {len(messages)} messages; first difference at "
-                    f"message {match_len})",
+                    f"{self.max_rollback} generated turn(s) (--max-rollback; stored has "
+                    f"{len(self.messages)} messages, request has {len(messages)} messages; "
+                    f"first difference at message {matched})",
                     code="rollback_too_deep",
                 )
             if target < 0:
-                return self._first_turn(request, rolled_back=discard)
+                return first_turn(self.renderer, request, rolled_back=discard)
         keep_messages = self.checkpoint_ends[target]
         rolled_back = len(self.records) - (target + 1)
-        if rolled_back:
-            base = snapshot_ids(self.records[: target + 1])
-        else:
-            base = self.snapshot.view()
-        previous = self.messages[keep_messages - 1]
-        bridge = self.renderer.bridge(
-            previous, int(base[-1]) if len(base) else None, messages[keep_messages:],
-            tools=request.tools, template_kwargs=kwargs,
-        )
-        bridge_ids = np.asarray(bridge.ids, dtype=IDS_DTYPE)
-        prompt = np.concatenate([base[: len(base) - bridge.drop], bridge_ids])
-        return TurnPlan(request, target + 1, keep_messages, bridge.drop, bridge_ids, prompt,
-                        rolled_back)
-
-    def _first_turn(self, request: TurnRequest, *, rolled_back: int) -> TurnPlan:
-        self._check_roles(request.messages)
-        ids = np.asarray(
-            self.renderer.render_prompt(request.messages, tools=request.tools,
-                                        template_kwargs=request.template_kwargs),
-            dtype=IDS_DTYPE,
-        )
-        return TurnPlan(request, 0, 0, 0, ids, ids, rolled_back)
-
-    def _check_roles(self, messages: list[Message]) -> None:
-        for i, message in enumerate(messages):
-            role = message.get("role")
-            if role not in ("system", "user", "assistant", "tool"):
-                raise BadRequest(f"messages[{i}].role {role!r} is not supported",
-                                 code="role_not_allowed")
+        base = snapshot_ids(self.records[: target + 1]) if rolled_back else self.snapshot.view()
+        return extension(self.renderer, request, base, self.messages[keep_messages - 1],
+                         keep_records=target + 1, keep_messages=keep_messages,
+                         rolled_back=rolled_back)
 
     # -- commit / release ----------------------------------------------------------------
     def release(self, plan: TurnPlan | None = None) -> None:
@@ -197,44 +136,21 @@ class LinearSession:
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                        message: Message) -> TurnCommit:
         """The committed turn, built without changing the session (it may fail)."""
-        record = TurnRecord(
-            turn=plan.keep_records,
-            drop=plan.drop,
-            bridge_ids=plan.bridge_ids,
-            output_ids=output.ids,
-            logprobs=output.logprobs,
-            finish_reason=result.finish_reason,
-            prompt_len=len(plan.prompt_ids),
-            weight_version=result.weight_version,
-            cached_tokens=result.cached_tokens,
-            e2e_latency=result.e2e_latency,
-            request_ts=plan.request_ts,
-            commit_ts=time.time(),
-            routed_experts=None,
-            request={
-                "appended_roles": [m.get("role") for m in plan.appended],
-                "rolled_back": plan.rolled_back,
-            },
-        )
-        return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,
-                          plan.request.tools, record)
+        return build_commit(plan, result, output, message)
 
     def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
         """Apply a prepared turn. With its ``plan`` the snapshot is extended (its room is
         allocated first: past that, nothing can fail); without (journal replay) the
         snapshot is rebuilt from the records by :meth:`rebuild_snapshot` afterwards."""
         snapshot = self.snapshot
+        in_place = False
         if plan is not None:
-            out = turn.record.output_ids
-            if plan.keep_records == 0 or plan.rolled_back:
-                snapshot = IdBuffer(plan.prompt_ids)
-                snapshot.extend(out)
-            else:
-                snapshot.reserve(len(plan.prompt_ids) + len(out))
-                snapshot.truncate(len(snapshot) - plan.drop)
-                snapshot.extend(plan.bridge_ids)
-                snapshot.extend(out)
+            in_place = plan.keep_records > 0 and not plan.rolled_back
+            snapshot = extended_snapshot(snapshot if in_place else None, plan,
+                                         turn.record.output_ids)
         # -- no failure past this line ----------------------------------------------------
+        if in_place and plan is not None:
+            extend_in_place(snapshot, plan, turn.record.output_ids)
         self.snapshot = snapshot
         if turn.keep_records < len(self.records):
             del self.records[turn.keep_records :]
