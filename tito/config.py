@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tito.types.errors import ConfigError
 
+SESSION_VERSIONS = ("v1", "v2")
 ENGINES = ("embedded", "sglang", "mock")
 """embedded: SmolLM2 in this process; sglang: a server at ``engine_url``; mock: a
 ``tito mock-engine`` child process started by the stack (``tito rollout``, the demo)."""
@@ -26,6 +27,14 @@ class ServerConfig:
     port: int = 8000
     message_matcher: str = "strict"
     session_version: str = "v1"
+    max_rollback: int | None = None
+    """v1: generated turns one request may abandon (None: 1)."""
+    max_nodes: int | None = None
+    """v2: nodes per session tree (None: 1024)."""
+    sample_picker: str | None = None
+    """v2: dotted path of the leaf-sample picker (None: ``drop_retries``)."""
+    sample_postprocessor: str | None = None
+    """v2: dotted path of the sample postprocessor (None: ``train_once``)."""
     max_seq_len: int | None = None
     default_max_tokens: int = 1024
     max_sessions: int = 10_000
@@ -50,10 +59,7 @@ class ServerConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on the first bad flag or flag combination."""
-        if self.session_version != "v1":
-            raise ConfigError(
-                f"--session-version {self.session_version!r} is not available yet; use v1"
-            )
+        self._validate_sessions()
         if self.chat_template is not None and self.family != "default":
             raise ConfigError("--chat-template is only allowed with --family default")
         self._validate_engine()
@@ -65,6 +71,24 @@ class ServerConfig:
             raise ConfigError("--max-json-depth must be in [4, 512]")
         if self.default_max_tokens < 1:
             raise ConfigError("--default-max-tokens must be at least 1")
+
+    def _validate_sessions(self) -> None:
+        if self.session_version not in SESSION_VERSIONS:
+            raise ConfigError(f"--session-version {self.session_version!r} is not a session "
+                              "version; use v1 (linear) or v2 (tree)")
+        if self.session_version == "v1":
+            v2_only = {"--max-nodes": self.max_nodes, "--sample-picker": self.sample_picker,
+                       "--sample-postprocessor": self.sample_postprocessor}
+            for flag, value in v2_only.items():
+                if value is not None:
+                    raise ConfigError(f"{flag} is a v2 option; add --session-version v2")
+        elif self.max_rollback is not None:
+            raise ConfigError("--max-rollback is a v1 option: v2 sessions never roll back "
+                              "(every retry becomes a branch of the tree)")
+        if self.max_rollback is not None and self.max_rollback < 0:
+            raise ConfigError("--max-rollback must be >= 0")
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ConfigError("--max-nodes must be at least 1")
 
     def _validate_engine(self) -> None:
         if self.engine not in ENGINES:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 
 from tito.config import ServerConfig
 from tito.render import FAMILIES
@@ -35,8 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--message-matcher", default="strict",
                    help=f"replay matcher: {', '.join(BUILTIN)}, or a trusted "
                         "module:function path")
-    p.add_argument("--session-version", default="v1", choices=["v1"],
-                   help="session model: v1 linear sessions with one-step retry rollback")
+    add_session_arguments(p)
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="cap on prompt + completion tokens of a turn, and the default "
                         "truncation length of samples")
@@ -75,6 +75,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    choices=["debug", "info", "warning", "error"], help="log verbosity")
 
 
+def add_session_arguments(p: argparse.ArgumentParser) -> None:
+    """The session-model flags (shared with ``tito rollout``)."""
+    p.add_argument("--session-version", default="v1", choices=["v1", "v2"],
+                   help="session model: v1 linear sessions (retries roll back up to "
+                        "--max-rollback turns); v2 trajectory trees that keep every branch")
+    p.add_argument("--max-rollback", type=int, default=None, metavar="N",
+                   help="v1: generated turns a request may abandon (default 1: a retry "
+                        "of the latest turn; raise it for harnesses that compact history)")
+    p.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                   help="v2: nodes per session tree (default 1024; more is 409 "
+                        "node_cap_reached)")
+    p.add_argument("--sample-picker", default=None, metavar="PATH",
+                   help="v2: module:function choosing which leaf samples to train on "
+                        "(default tito.samples.tree:drop_retries)")
+    p.add_argument("--sample-postprocessor", default=None, metavar="PATH",
+                   help="v2: module:function post-processing the picked samples "
+                        "(default tito.samples.tree:train_once)")
+
+
+def session_config(args: argparse.Namespace) -> dict[str, Any]:
+    return {"session_version": args.session_version, "max_rollback": args.max_rollback,
+            "max_nodes": args.max_nodes, "sample_picker": args.sample_picker,
+            "sample_postprocessor": args.sample_postprocessor}
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = args.engine or ("sglang" if args.engine_url else "embedded")
     family = args.family or default_family(engine)
@@ -82,7 +107,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         tokenizer=args.tokenizer or "", family=family, engine=engine,
         engine_url=args.engine_url, chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
-        session_version=args.session_version, max_seq_len=args.max_seq_len,
+        **session_config(args), max_seq_len=args.max_seq_len,
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,
         session_ttl=args.session_ttl, max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth, max_prompt_tokens=args.max_prompt_tokens,

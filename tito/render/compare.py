@@ -65,14 +65,15 @@ def _strip_trailing(ids: list[int], trailing: frozenset[int]) -> list[int]:
 
 
 def _canonical_ids(renderer: TemplateRenderer, messages: list[dict[str, Any]],
-                   tools: list[dict[str, Any]] | None, *, last_turn_closed: bool) -> list[int]:
+                   tools: list[dict[str, Any]] | None, *, last_turn_closed: bool,
+                   template_kwargs: dict[str, Any] | None = None) -> list[int]:
     """The canonical render, ending where the model's last output ends.
 
     The junction after the final stop token is never generated; when the last turn did not
     end with a stop id (cut by ``length``, an ``abort`` or a stop string), its closer is
     not in the accumulated ids either.
     """
-    text = renderer.render_text(messages, tools=tools)
+    text = renderer.render_text(messages, tools=tools, template_kwargs=template_kwargs)
     stop, junction = renderer.junction_text(text)
     if stop is not None:
         text = text[: len(text) - len(junction) - (0 if last_turn_closed else len(stop))]
@@ -117,15 +118,18 @@ class _RoleTracker:
 
 def mismatch_report(renderer: TemplateRenderer, messages: list[dict[str, Any]],
                     accumulated: np.ndarray | Sequence[int],
-                    *, tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Mismatches between ``accumulated`` and the canonical render of ``messages``."""
+                    *, tools: list[dict[str, Any]] | None = None,
+                    template_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Mismatches between ``accumulated`` and the canonical render of ``messages`` (with
+    the template settings the session's turns were rendered with)."""
     if not messages or len(accumulated) == 0:
         return []
     last_turn_closed = int(accumulated[-1]) in renderer.stop_ids
     tok = renderer.tokenizer
     special = special_set(renderer)
     trailing = _trailing_ids(renderer)
-    canonical = _canonical_ids(renderer, messages, tools, last_turn_closed=last_turn_closed)
+    canonical = _canonical_ids(renderer, messages, tools, last_turn_closed=last_turn_closed,
+                               template_kwargs=template_kwargs)
     expected = segments(_strip_trailing(canonical, trailing), special)
     actual = segments(_strip_trailing([int(i) for i in accumulated], trailing), special)
     if [s for s, _ in expected] != [s for s, _ in actual]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -50,6 +50,8 @@ class AssemblyResult:
     samples: list[Sample]
     empty_reason: EmptyReason | None
     """``no_records`` (nothing committed) or ``all_truncated``; None when samples exist."""
+    completion_spans: list[tuple[int, int]] = field(default_factory=list)
+    """(start, end) in the sample's ``tokens`` of each kept turn's generated ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,17 @@ def assemble(
     sample = _build(turns, decode=decode if include_response else None,
                     metadata=metadata or {})
     _verify(sample, turns, max_seq_len)
-    return AssemblyResult([sample], None)
+    return AssemblyResult([sample], None, _spans(turns))
+
+
+def _spans(turns: list[_Turn]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    position = 0
+    for turn in turns:
+        position += len(turn.bridge)
+        spans.append((position, position + len(turn.output)))
+        position += len(turn.output)
+    return spans
 
 
 def _pieces(records: Sequence[TurnRecord]) -> list[_Turn]:

@@ -24,20 +24,27 @@ from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer
 from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
+from tito.samples.sample import Sample
+from tito.samples.tree import LeafPath, Picker, Postprocessor, assemble_leaves, run_hooks
 from tito.server.journal import Journal
 from tito.server.metrics import Metrics
-from tito.session.linear import LinearSession, TurnCommit, TurnPlan
+from tito.session import LinearSession, Session, TreeSession
 from tito.session.matchers import resolve_matcher
 from tito.session.store import SessionStore
+from tito.session.tree import MAX_NODES, Node, leaves_of, path_messages, path_of
+from tito.session.turns import TurnCommit, TurnPlan
 from tito.types.engine import Engine, GenerateResult, SamplingParams, check_output
 from tito.types.errors import BadRequest, Conflict, TitoError
-from tito.types.messages import ParsedCompletion, TurnRequest
-from tito.types.records import TurnRecord
+from tito.types.hooks import load_function
+from tito.types.messages import Message, ParsedCompletion, TurnRequest
+from tito.types.records import TurnRecord, snapshot_ids
 
 log = logging.getLogger("tito.server")
 PROBE_EVERY_S = 1.0
 WORKERS = min(4, os.cpu_count() or 1)
 """Threads for CPU work of big requests (rendering, validation, parsing, samples)."""
+DEFAULT_PICKER = "tito.samples.tree:drop_retries"
+DEFAULT_POSTPROCESSOR = "tito.samples.tree:train_once"
 PARSE_INLINE_MAX = 4096
 """Completions longer than this many ids are parsed in the worker pool."""
 T = TypeVar("T")
@@ -49,6 +56,7 @@ class TurnOutcome:
     result: GenerateResult
     record: TurnRecord | None
     prompt_tokens: int
+    response_id: str | None = None
 
 
 class Gateway:
@@ -58,6 +66,11 @@ class Gateway:
         self.renderer = renderer
         self.engine = engine
         self.matcher = resolve_matcher(config.message_matcher)
+        self.hook_names = (config.sample_picker or DEFAULT_PICKER,
+                           config.sample_postprocessor or DEFAULT_POSTPROCESSOR)
+        self.picker: Picker = load_function(self.hook_names[0], "--sample-picker")
+        self.postprocessor: Postprocessor = load_function(self.hook_names[1],
+                                                          "--sample-postprocessor")
         self.store = SessionStore(self._new_session, max_sessions=config.max_sessions,
                                   idle_ttl=config.session_ttl)
         self.metrics = Metrics()
@@ -78,10 +91,15 @@ class Gateway:
             self.store.restore(state.live, state.gone)
             self.store.on_forget = self.journal.deleted
 
-    def _new_session(self, session_id: str) -> LinearSession:
-        return LinearSession(session_id, self.renderer, self.matcher)
+    def _new_session(self, session_id: str) -> Session:
+        if self.config.session_version == "v2":
+            return TreeSession(session_id, self.renderer, self.matcher,
+                               max_nodes=self.config.max_nodes or MAX_NODES)
+        max_rollback = 1 if self.config.max_rollback is None else self.config.max_rollback
+        return LinearSession(session_id, self.renderer, self.matcher,
+                             max_rollback=max_rollback)
 
-    async def create_session(self) -> LinearSession:
+    async def create_session(self) -> Session:
         session = self.store.create()
         if self.journal is not None:
             try:
@@ -97,7 +115,7 @@ class Gateway:
         if durable is not None:
             await durable
 
-    def session(self, session_id: str) -> LinearSession:
+    def session(self, session_id: str) -> Session:
         """The live session ``session_id`` (NotFound otherwise)."""
         return self.store.get(session_id)
 
@@ -126,7 +144,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.workers, functools.partial(fn, *args))
 
-    async def _plan(self, session: LinearSession, request: TurnRequest, heavy: bool
+    async def _plan(self, session: Session, request: TurnRequest, heavy: bool
                     ) -> TurnPlan:
         if not heavy:
             return session.plan(request)
@@ -137,10 +155,14 @@ class Gateway:
             session.release()
             raise
 
-    async def run_turn(self, session: LinearSession, request: TurnRequest,
-                       params: SamplingParams, *, heavy: bool = False) -> TurnOutcome:
-        """One turn; ``heavy``: render the prompt (and parse the reply) off the event loop."""
+    async def run_turn(self, session: Session, request: TurnRequest,
+                       params: SamplingParams, *, heavy: bool = False,
+                       response_id: str | None = None) -> TurnOutcome:
+        """One turn; ``heavy``: render the prompt (and parse the reply) off the event loop.
+        ``response_id``: the API response's id (v2 nodes keep it: the join key between
+        an agent's branch and its leaf)."""
         plan = await self._plan(session, request, heavy)
+        plan.response_id = response_id
         if self.config.max_prompt_tokens is not None and \
                 len(plan.prompt_ids) > self.config.max_prompt_tokens:
             session.release(plan)
@@ -176,9 +198,9 @@ class Gateway:
         self.metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
         if plan.rolled_back:
             self.metrics.inc("rollbacks_total")
-        return TurnOutcome(parsed, result, record, len(plan.prompt_ids))
+        return TurnOutcome(parsed, result, record, len(plan.prompt_ids), response_id)
 
-    async def _store_turn(self, session: LinearSession, turn: TurnCommit,
+    async def _store_turn(self, session: Session, turn: TurnCommit,
                           plan: TurnPlan) -> None:
         """Apply a prepared turn; with a journal, once it is durable. Not interrupted by a
         cancellation (a client that leaves now): the turn is finished, then it propagates."""
@@ -224,26 +246,32 @@ class Gateway:
         self.metrics.inc("engine_aborts_total")
 
     # -- samples -------------------------------------------------------------------------
-    async def samples_payload(self, session: LinearSession, max_seq_len: int | None,
+    async def samples_payload(self, session: Session, max_seq_len: int | None,
                               metadata: dict[str, Any] | None, *,
                               include_response: bool = True) -> bytes:
-        """Assemble and encode the session's samples in the worker pool; the session is
-        claimed meanwhile (a turn sent during the collection is 409)."""
+        """Assemble and encode the session's samples in the worker pool. A v1 session is
+        claimed meanwhile (a turn sent during the collection is 409); a v2 tree is read
+        from a copy of its node list (a concurrent turn adds a node the collection does
+        not see)."""
         if session.in_flight:
             raise Conflict(
                 f"session {session.session_id} has a turn in progress; collect after it ends",
                 code="turn_in_progress",
             )
+        limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
+        if isinstance(session, TreeSession):
+            return await self.offload(self._tree_samples_payload, session,
+                                      session.nodes[:], limit, metadata or {},
+                                      include_response)
         session.begin()
         try:
-            return await self.offload(self._samples_payload, session, max_seq_len, metadata,
+            return await self.offload(self._samples_payload, session, limit, metadata,
                                       include_response)
         finally:
             session.release()
 
-    def _samples_payload(self, session: LinearSession, max_seq_len: int | None,
+    def _samples_payload(self, session: LinearSession, limit: int | None,
                          metadata: dict[str, Any] | None, include_response: bool) -> bytes:
-        limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
         session_meta = self.session_metadata(session)
         result = assemble(
             session.records,
@@ -256,22 +284,84 @@ class Gateway:
         return encode_samples(result.samples, session_metadata=session_meta,
                               empty_reason=result.empty_reason)
 
-    def session_metadata(self, session: LinearSession) -> dict[str, Any]:
+    def _tree_samples_payload(self, session: TreeSession, nodes: list[Node],
+                              limit: int | None, agent: dict[str, Any],
+                              include_response: bool) -> bytes:
+        """One sample per leaf (as v1 assembles a path), then the picker and the
+        postprocessor (design §6)."""
+        session_meta = self.session_metadata(session, nodes)
+        leaves = [LeafPath([n.id for n in path], [n.record for n in path], leaf.parent,
+                           leaf.response_id)
+                  for leaf in leaves_of(nodes) for path in [path_of(nodes, leaf.id)]]
+
+        def metadata_of(leaf: LeafPath) -> dict[str, Any]:
+            path = [nodes[i] for i in leaf.path_node_ids]
+            return {**agent, **self.trajectory_metadata(session, path)}
+
+        samples: list[Sample] = assemble_leaves(
+            leaves, decode=self.renderer.tokenizer.decode, max_seq_len=limit,
+            metadata_of=metadata_of, include_response=include_response)
+        self.metrics.inc("leaf_samples_total", len(samples))
+        if samples:
+            samples = run_hooks(samples, picker=self.picker, postprocessor=self.postprocessor,
+                                names=self.hook_names, session_metadata=session_meta,
+                                agent_metadata=agent)
+        empty = None if samples else ("no_records" if not nodes else "all_truncated")
+        self.metrics.inc("samples_total", len(samples))
+        return encode_samples(samples, session_metadata=session_meta, empty_reason=empty)
+
+    def session_metadata(self, session: Session, nodes: list[Node] | None = None
+                         ) -> dict[str, Any]:
+        """The session's metadata: that of its (active) path; a v2 tree adds ``tree``."""
+        if isinstance(session, LinearSession):
+            return self._metadata(session, session.records, session.messages,
+                                  session.snapshot.view(), session.tools)
+        nodes = session.nodes[:] if nodes is None else nodes
+        leaf = session.active_leaf if session.active_leaf is not None and \
+            session.active_leaf < len(nodes) else (len(nodes) - 1 if nodes else None)
+        path = [] if leaf is None else path_of(nodes, leaf)
+        meta = self.trajectory_metadata(session, path)
+        meta["tree"] = tree_view(nodes, leaf)
+        return meta
+
+    def trajectory_metadata(self, session: Session, path: list[Node]) -> dict[str, Any]:
+        """The metadata of one root→node path of a tree (what v1 reports for its path)."""
+        records = [n.record for n in path]
+        tools = next((n.tools for n in reversed(path) if n.tools is not None), None)
+        return self._metadata(session, records, path_messages(path), snapshot_ids(records),
+                              tools)
+
+    def _metadata(self, session: Session, records: list[TurnRecord], messages: list[Message],
+                  ids: np.ndarray, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "session_id": session.session_id,
             "session_version": session.version,
             "family": self.renderer.family,
-            "num_turns": len(session.records),
-            "num_messages": len(session.messages),
-            "num_tokens": session.num_tokens,
+            "num_turns": len(records),
+            "num_messages": len(messages),
+            "num_tokens": len(ids),
             "max_trailing_trim": self.renderer.max_trailing_trim,
             "instance_id": self.instance_id,
         }
+        kwargs = records[-1].request.get("chat_template_kwargs") if records else None
         try:
             meta["tito_session_mismatch"] = mismatch_report(
-                self.renderer, session.messages, np.asarray(session.snapshot.view()),
-                tools=session.tools,
-            )
+                self.renderer, messages, np.asarray(ids), tools=tools, template_kwargs=kwargs)
         except TitoError as exc:
             meta["tito_session_mismatch_error"] = exc.message
         return meta
+
+
+def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
+    """``metadata.tree``: every node and every leaf with its path (design §5.2)."""
+    return {
+        "active_leaf": active_leaf,
+        "nodes": [{"id": n.id, "parent": n.parent, "depth": n.depth,
+                   "truncated": n.truncated, "completion_span": list(n.completion_span),
+                   "num_tokens": n.record.checkpoint_len, "finish_reason":
+                   n.record.finish_reason, "committed_at": n.record.commit_ts,
+                   "response_id": n.response_id}
+                  for n in nodes],
+        "leaves": [{"node_id": leaf.id, "path_node_ids": [p.id for p in path_of(nodes, leaf.id)]}
+                   for leaf in leaves_of(nodes)],
+    }

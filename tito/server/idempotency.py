@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from tito.session.linear import LinearSession
+from tito.session import Session
 from tito.types.errors import ErrorKind, TitoError
 
 
@@ -63,7 +63,7 @@ class TurnReplies:
     answered: tuple[RetryKey, Any] | None = None
 
     @classmethod
-    def of(cls, session: LinearSession) -> TurnReplies:
+    def of(cls, session: Session) -> TurnReplies:
         replies = session.api_state.get("replies")
         if replies is None:
             replies = session.api_state["replies"] = cls()

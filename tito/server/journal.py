@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tito.session.linear import LinearSession, TurnCommit
+from tito.session import Session
+from tito.session.turns import TurnCommit
 from tito.types.errors import ConfigError
 from tito.types.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord
 
@@ -55,7 +56,8 @@ def turn_frame(session_id: str, turn: TurnCommit) -> bytes:
     rec = turn.record
     header = {"op": "turn", "sid": session_id, "keep_records": turn.keep_records,
               "keep_messages": turn.keep_messages, "appended": turn.appended,
-              "message": turn.message, "tools": turn.tools,
+              "message": turn.message, "tools": turn.tools, "parent": turn.parent,
+              "response_id": turn.response_id,
               "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
               "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS]}
     return frame(header, *(np.asarray(getattr(rec, name), dtype) for name, dtype in _ARRAYS))
@@ -90,7 +92,8 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
         start += size
     record = TurnRecord(**header["record"], **parts)
     return TurnCommit(header["keep_records"], header["keep_messages"], header["appended"],
-                      header["message"], header["tools"], record)
+                      header["message"], header["tools"], record, header.get("parent"),
+                      header.get("response_id"))
 
 
 # -- replay ------------------------------------------------------------------------------
@@ -98,7 +101,7 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
 class Replayed:
     """What a journal held: the live sessions (in creation order) and the gone ones."""
 
-    live: dict[str, LinearSession] = field(default_factory=dict)
+    live: dict[str, Session] = field(default_factory=dict)
     gone: dict[str, str] = field(default_factory=dict)
     frames: dict[str, list[bytes]] = field(default_factory=dict)
     turns: int = 0
@@ -206,7 +209,7 @@ class Journal:
             view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
 
-    async def created(self, session: LinearSession) -> None:
+    async def created(self, session: Session) -> None:
         await self.write(frame({"op": "create", "sid": session.session_id,
                                 "ts": session.created_at}))
 

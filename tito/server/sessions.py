@@ -10,8 +10,9 @@ from starlette.responses import PlainTextResponse, Response
 
 from tito.server import openai
 from tito.server.api import Api
-from tito.server.gateway import Gateway
+from tito.server.gateway import Gateway, tree_view
 from tito.server.http import check_depth, json_response, read_json
+from tito.session import TreeSession
 from tito.types.errors import BadRequest, NotFound
 
 MAX_PAGE = 1000
@@ -127,6 +128,8 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
             "last_active": session.last_active,
         },
     }
+    if isinstance(session, TreeSession):  # the records above are the active path's
+        body["metadata"]["tree"] = tree_view(session.nodes, session.active_leaf)
     if _flag(request, "include_messages"):
         body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)

@@ -8,14 +8,13 @@ on a match the stored message stays authoritative. Match sets are monotonic:
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import math
 from collections.abc import Callable
 from typing import Any
 
 from tito.types.errors import ConfigError, ErrorKind, TitoError
+from tito.types.hooks import load_function
 from tito.types.messages import Message
 
 Matcher = Callable[[Message, Message], bool]
@@ -187,18 +186,9 @@ def resolve_matcher(spec: str) -> Matcher:
     """
     if spec in BUILTIN:
         return BUILTIN[spec]
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-    elif "." in spec:
-        module_name, _, attr = spec.rpartition(".")
-    else:
+    if "." not in spec and ":" not in spec:
         raise ConfigError(
             f"unknown message matcher {spec!r}; use one of {sorted(BUILTIN)} or a dotted path"
         )
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load message matcher {spec!r}: {exc}") from exc
-    if inspect.iscoroutinefunction(fn) or not callable(fn):
-        raise ConfigError(f"message matcher {spec!r} must be a plain (not async) function")
+    fn = load_function(spec, "message matcher")
     return _checked(spec, fn)

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from tito.session.linear import LinearSession
+from tito.session import Session
 from tito.types.errors import Gone, NotFound, OverCapacity
 
 MAX_TOMBSTONES = 100_000
@@ -21,10 +21,10 @@ MAX_TOMBSTONES = 100_000
 
 
 class SessionStore:
-    def __init__(self, factory: Callable[[str], LinearSession], *, max_sessions: int,
+    def __init__(self, factory: Callable[[str], Session], *, max_sessions: int,
                  idle_ttl: float, max_tombstones: int = MAX_TOMBSTONES) -> None:
         self._factory = factory
-        self._sessions: dict[str, LinearSession] = {}
+        self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, str] = OrderedDict()
         self.max_sessions = max_sessions
         self.idle_ttl = idle_ttl
@@ -36,7 +36,7 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self) -> LinearSession:
+    def create(self) -> Session:
         if len(self._sessions) >= self.max_sessions:
             self.evict_idle()
         if len(self._sessions) >= self.max_sessions:
@@ -50,7 +50,7 @@ class SessionStore:
         self._sessions[session_id] = session
         return session
 
-    def get(self, session_id: str) -> LinearSession:
+    def get(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None or session.closed:
             reason = self._tombstones.get(session_id)
@@ -70,7 +70,7 @@ class SessionStore:
         """Forget a session that was never handed out (its creation failed)."""
         self._sessions.pop(session_id, None)
 
-    def restore(self, live: dict[str, LinearSession], gone: dict[str, str]) -> None:
+    def restore(self, live: dict[str, Session], gone: dict[str, str]) -> None:
         """Sessions and tombstones brought back from a journal (ids unchanged)."""
         self._sessions.update(live)
         for session_id, reason in gone.items():
@@ -93,5 +93,5 @@ class SessionStore:
             self._tombstones.popitem(last=False)
         return None if self.on_forget is None else self.on_forget(session_id, reason)
 
-    def values(self) -> list[LinearSession]:
+    def values(self) -> list[Session]:
         return list(self._sessions.values())

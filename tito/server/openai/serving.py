@@ -88,7 +88,8 @@ def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
         message["tool_calls"] = cast("list[ToolCallOut]", parsed.tool_calls)
     generated = len(outcome.result.output_ids)
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+        "id": outcome.response_id or f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
         "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": parsed.finish_reason}],
@@ -157,7 +158,8 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     running = replies.start(retry)
     try:
         outcome = await cancel_on_disconnect(
-            request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy))
+            request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy,
+                                      response_id=f"chatcmpl-{uuid.uuid4().hex}"))
         body = completion(outcome, gateway.model_name)
     except BaseException as exc:
         replies.finish(retry, running, None, exc)

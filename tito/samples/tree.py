@@ -1,0 +1,181 @@
+"""Samples of a v2 trajectory tree (design §6): one sample per leaf, then a picker and a
+postprocessor.
+
+1. :func:`assemble_leaves`: every leaf (creation order) is assembled exactly as v1
+   assembles a trajectory (:func:`tito.samples.assembly.assemble`: trim, truncate,
+   merge); leaves that truncate away are skipped. Each sample's ``metadata["leaf"]`` says
+   where it came from: ``node_id``, ``parent``, ``path_node_ids``, ``response_id`` and
+   ``completion_spans`` (``[node_id, start, end]``: where each node's generated ids sit
+   in the sample's ``tokens``).
+2. a **picker** ``(leaf_samples, session_metadata) -> subset`` chooses what to train on;
+   the default, :func:`drop_retries`, drops superseded retries;
+3. a **postprocessor** ``(samples, session_metadata, agent_metadata) -> samples``; the
+   default, :func:`train_once`, makes every shared completion train exactly once and
+   applies the agent's ``reward``.
+
+:func:`run_hooks` runs both, checks the picker's answer (a duplicate-free subset of its
+input: selection only) and turns any failure into an :class:`AssemblyError` (422) naming
+the hooks. The output is ordered deeper path first, then later commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tito.samples.assembly import Decode, assemble
+from tito.samples.sample import Sample
+from tito.types.errors import AssemblyError
+from tito.types.records import TurnRecord
+
+Picker = Callable[[list[Sample], dict[str, Any]], list[Sample]]
+Postprocessor = Callable[[list[Sample], dict[str, Any], dict[str, Any]], list[Sample]]
+
+
+@dataclass(frozen=True, slots=True)
+class LeafPath:
+    """A leaf of the tree and the records of its root→leaf path."""
+
+    path_node_ids: list[int]
+    records: list[TurnRecord]
+    parent: int | None
+    response_id: str | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self.path_node_ids[-1]
+
+
+def assemble_leaves(leaves: Sequence[LeafPath], *, decode: Decode,
+                    max_seq_len: int | None,
+                    metadata_of: Callable[[LeafPath], dict[str, Any]],
+                    include_response: bool = True) -> list[Sample]:
+    """One sample per leaf that survives truncation, in the leaves' order."""
+    samples: list[Sample] = []
+    for leaf in leaves:
+        result = assemble(leaf.records, decode=decode, max_seq_len=max_seq_len,
+                          metadata=metadata_of(leaf), include_response=include_response)
+        if not result.samples:
+            continue
+        sample = result.samples[0]
+        spans = [[node_id, start, end] for node_id, (start, end)
+                 in zip(leaf.path_node_ids, result.completion_spans, strict=False)]
+        sample.metadata["leaf"] = {"node_id": leaf.node_id, "parent": leaf.parent,
+                                   "path_node_ids": list(leaf.path_node_ids),
+                                   "response_id": leaf.response_id,
+                                   "completion_spans": spans}
+        samples.append(sample)
+    return samples
+
+
+def leaf_info(sample: Sample) -> dict[str, Any]:
+    leaf = sample.metadata.get("leaf")
+    if not isinstance(leaf, dict):
+        raise AssemblyError("sample metadata has no 'leaf' (not a v2 leaf sample)")
+    return leaf
+
+
+def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
+                 ) -> list[Sample]:
+    """The default picker: drop the leaves retries superseded.
+
+    A leaf with a later sibling (a child of the same parent committed after it) is an
+    abandoned attempt: the agent re-sent the request and went on from the new branch.
+    A root leaf is superseded by a later root with the same first prompt (a re-sent
+    first turn); a later root with another prompt is another conversation (a
+    sub-agent) and supersedes nothing. Deep abandoned lines have no later sibling at
+    their leaf and are kept: they are data. Output: deeper path first, then later commit.
+    """
+    parents = {node["id"]: node["parent"] for node in session_metadata["tree"]["nodes"]}
+    children: dict[int | None, list[int]] = {}
+    for node_id, parent in parents.items():
+        children.setdefault(parent, []).append(node_id)
+    root_prompts = {int(leaf_info(s)["path_node_ids"][0]): s.tokens[: s.prompt_length]
+                    for s in leaf_samples}
+
+    def superseded(sample: Sample) -> bool:
+        leaf = leaf_info(sample)
+        node_id, parent = int(leaf["node_id"]), leaf["parent"]
+        later = [n for n in children.get(parent, []) if n > node_id]
+        if parent is not None:
+            return bool(later)
+        prompt = sample.tokens[: sample.prompt_length]
+        return any(n in root_prompts and np.array_equal(root_prompts[n], prompt)
+                   for n in later)
+
+    return sorted((s for s in leaf_samples if not superseded(s)), key=_order, reverse=True)
+
+
+def _order(sample: Sample) -> tuple[int, int]:
+    leaf = leaf_info(sample)
+    return len(leaf["path_node_ids"]), int(leaf["node_id"])
+
+
+def train_once(samples: list[Sample], session_metadata: dict[str, Any],
+               agent_metadata: dict[str, Any]) -> list[Sample]:
+    """The default postprocessor. Every node's completion trains in exactly one sample:
+    the kept sample of the earliest leaf (lowest node id) whose path holds it; the others
+    zero their loss mask over it. An agent ``reward`` (a number) becomes every sample's
+    ``reward``. The order is kept."""
+    owner: dict[int, int] = {}
+    for k, sample in sorted(enumerate(samples), key=lambda ks: int(leaf_info(ks[1])["node_id"])):
+        for node_id in leaf_info(sample)["path_node_ids"]:
+            owner.setdefault(int(node_id), k)
+    for k, sample in enumerate(samples):
+        prompt_len = sample.prompt_length
+        mask = sample.loss_mask
+        for node_id, start, end in leaf_info(sample)["completion_spans"]:
+            if owner[int(node_id)] == k or mask is None:
+                continue
+            lo, hi = max(start - prompt_len, 0), max(end - prompt_len, 0)
+            if hi > lo:
+                mask = mask.copy() if mask is sample.loss_mask else mask
+                mask[lo:hi] = 0
+        sample.loss_mask = mask
+    if "reward" in agent_metadata and agent_metadata["reward"] is not None:
+        reward = agent_metadata["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, int | float):
+            raise AssemblyError(f"agent metadata reward must be a number, got {reward!r}")
+        for sample in samples:
+            sample.reward = float(reward)
+    return samples
+
+
+def run_hooks(leaf_samples: list[Sample], *, picker: Picker, postprocessor: Postprocessor,
+              names: tuple[str, str], session_metadata: dict[str, Any],
+              agent_metadata: dict[str, Any]) -> list[Sample]:
+    """Pick then postprocess; any failure is a 422 naming both hooks."""
+    where = f"session sample hook failed (picker={names[0]}, postprocessor={names[1]})"
+    try:
+        picked = picker(leaf_samples, session_metadata)
+    except AssemblyError as exc:
+        raise AssemblyError(f"{where}: {exc.message}") from exc
+    except Exception as exc:
+        raise AssemblyError(f"{where}: {type(exc).__name__}: {exc}") from exc
+    _check_subset(picked, leaf_samples, where)
+    try:
+        out = postprocessor(list(picked), session_metadata, agent_metadata)
+    except AssemblyError as exc:
+        raise AssemblyError(f"{where}: {exc.message}") from exc
+    except Exception as exc:
+        raise AssemblyError(f"{where}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, list) or not all(isinstance(s, Sample) for s in out):
+        raise AssemblyError(f"{where}: the postprocessor must return a list of samples")
+    return out
+
+
+def _check_subset(picked: Any, given: list[Sample], where: str) -> None:
+    if not isinstance(picked, list):
+        raise AssemblyError(f"{where}: the picker must return a list, got "
+                            f"{type(picked).__name__}")
+    ids = [id(s) for s in picked]
+    if len(set(ids)) != len(ids):
+        raise AssemblyError(f"{where}: the picker returned duplicates; it must return a "
+                            "subset of its input samples without duplicates (pure selection)")
+    if not set(ids) <= {id(s) for s in given}:
+        raise AssemblyError(f"{where}: the picker returned samples that are not among its "
+                            "input (copies or new ones); it must return a subset of its "
+                            "input samples (pure selection)")

@@ -1,0 +1,297 @@
+"""v2 tree sessions (design §5.2): every lineage is kept, nothing is rejected for
+divergence.
+
+A request attaches to the deepest node whose whole root→node message path prefixes it
+(under the matcher; ties → the latest commit; the search never mutates), and its
+unmatched suffix plus the generated assistant message become a new child — or a new root
+when nothing matches. Retries, deep divergences, compaction (a rewritten assistant stops
+the match before it and joins the new node's messages as history) and sub-agents
+(zero overlap: new roots) all grow the forest. A node whose generation ended with
+``finish_reason=length`` cannot be extended (409 ``truncated_generation``); branching
+before the cut works. Concurrent requests on one session commit as siblings.
+
+The view (:attr:`records`, :attr:`messages`, :attr:`snapshot`) is the path of the last
+committed node, the *active leaf*; a failed request never moves it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tito.render.base import TemplateRenderer
+from tito.session.idbuffer import IdBuffer
+from tito.session.matchers import Matcher
+from tito.session.turns import (
+    TurnCommit,
+    TurnPlan,
+    build_commit,
+    exact_matches,
+    extend_in_place,
+    extended_snapshot,
+    extension,
+    first_turn,
+    match_len,
+)
+from tito.types.engine import CheckedOutput, GenerateResult
+from tito.types.errors import BadRequest, Conflict
+from tito.types.messages import Message, TurnRequest
+from tito.types.records import TurnRecord, snapshot_ids
+
+MAX_NODES = 1024
+
+
+@dataclass(slots=True)
+class Node:
+    """One committed generation and the messages it added to its parent's path."""
+
+    id: int
+    """Creation (= commit) order: the only ordering key."""
+    parent: int | None
+    depth: int
+    """0 for a root."""
+    delta: list[Message]
+    """The request messages this node appended to its parent's path, then the assistant."""
+    tools: list[dict[str, Any]] | None
+    record: TurnRecord
+    path_messages: int
+    """Messages on the root→node path (this node's assistant included)."""
+    response_id: str | None = None
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.record.finish_reason == "length"
+
+    @property
+    def completion_span(self) -> tuple[int, int]:
+        """Where this node's generated ids sit in its root→node snapshot."""
+        return self.record.prompt_len, self.record.checkpoint_len
+
+
+def path_of(nodes: list[Node], node_id: int) -> list[Node]:
+    """The root→node path of ``node_id``."""
+    path: list[Node] = []
+    current: int | None = node_id
+    while current is not None:
+        node = nodes[current]
+        path.append(node)
+        current = node.parent
+    path.reverse()
+    return path
+
+
+def leaves_of(nodes: list[Node]) -> list[Node]:
+    """Childless nodes, in creation order."""
+    return [n for n in nodes if not n.children]
+
+
+def path_messages(path: list[Node]) -> list[Message]:
+    return [m for node in path for m in node.delta]
+
+
+def attach_point(nodes: list[Node], request: list[Message], matcher: Matcher, *,
+                 exact: bool = False) -> tuple[int | None, int]:
+    """(the deepest node whose root→node message path prefixes ``request``, the number of
+    messages that path covers); ``(None, 0)`` when no root matches. A node is entered only
+    when its parent's messages matched in full; ties at equal depth go to the latest
+    commit. Iterative (a 1,024-deep chain is no recursion problem); reads only."""
+    best: int | None = None
+    best_depth, best_len = -1, 0
+    stack = [(n.id, 0) for n in nodes if n.parent is None]
+    while stack:
+        node_id, start = stack.pop()
+        node = nodes[node_id]
+        end = start + len(node.delta)
+        if end > len(request) or match_len(matcher, node.delta, request, start,
+                                            exact=exact) < len(node.delta):
+            continue  # a partial match of a node's messages disqualifies its subtree
+        if node.depth > best_depth or (node.depth == best_depth and best is not None
+                                       and node_id > best):
+            best, best_depth, best_len = node_id, node.depth, end
+        stack.extend((child, end) for child in node.children if child < len(nodes))
+    return best, best_len
+
+
+class TreeSession:
+    """The state of one v2 trajectory tree."""
+
+    version = "v2"
+
+    def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
+                 *, max_nodes: int = MAX_NODES) -> None:
+        self.session_id = session_id
+        self.renderer = renderer
+        self.matcher = matcher
+        self._exact = exact_matches(matcher)
+        self.max_nodes = max_nodes
+        self.nodes: list[Node] = []
+        self._active: tuple[int | None, IdBuffer] = (None, IdBuffer())
+        """(the active leaf, its path's token ids): swapped as one value, so a plan made
+        in a worker thread never pairs a leaf with another leaf's ids."""
+        self._running = 0
+        self._reserved = 0
+        self.closed = False
+        self.api_state: dict[str, Any] = {}
+        self.created_at = time.time()
+        self.last_active = self.created_at
+
+    # -- the view (the active path) -------------------------------------------------------
+    @property
+    def active_leaf(self) -> int | None:
+        """The last committed node: the view follows its path."""
+        return self._active[0]
+
+    @property
+    def snapshot(self) -> IdBuffer:
+        """Token ids of the active leaf's path."""
+        return self._active[1]
+
+    @property
+    def in_flight(self) -> bool:
+        return self._running > 0
+
+    @property
+    def active_path(self) -> list[Node]:
+        return [] if self.active_leaf is None else path_of(self.nodes, self.active_leaf)
+
+    @property
+    def records(self) -> list[TurnRecord]:
+        return [n.record for n in self.active_path]
+
+    @property
+    def messages(self) -> list[Message]:
+        return path_messages(self.active_path)
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        for node in reversed(self.active_path):
+            if node.tools is not None:
+                return node.tools
+        return None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.snapshot)
+
+    # -- positioning ----------------------------------------------------------------------
+    def attach_point(self, request: list[Message]) -> tuple[int | None, int]:
+        """See :func:`attach_point`."""
+        return attach_point(self.nodes, request, self.matcher, exact=self._exact)
+
+    def plan(self, request: TurnRequest) -> TurnPlan:
+        """Validate ``request`` and compute its prompt ids; raises before any mutation."""
+        self.begin()
+        try:
+            return self.prepare(request)
+        except BaseException:
+            self.release()
+            raise
+
+    def begin(self) -> None:
+        """Claim room for one more node (concurrent turns are allowed: they commit as
+        siblings). The node cap is checked here, before the engine is called."""
+        if len(self.nodes) + self._reserved >= self.max_nodes:
+            raise Conflict(
+                f"node cap reached ({self.max_nodes}, --max-nodes): session "
+                f"{self.session_id} cannot branch or extend further; this almost always "
+                "means the harness is not replaying history verbatim (check "
+                "--message-matcher)",
+                code="node_cap_reached",
+            )
+        self._running += 1
+        self._reserved += 1
+
+    def prepare(self, request: TurnRequest) -> TurnPlan:
+        """The plan of a claimed turn: reads the tree, changes nothing (it may run in a
+        worker thread while turns of this session commit on the event loop)."""
+        messages = request.messages
+        if not messages:
+            raise BadRequest("messages must contain at least one message")
+        nodes = self.nodes[:]  # commits append on the loop meanwhile: read a stable list
+        parent, covered = attach_point(nodes, messages, self.matcher, exact=self._exact)
+        rolled_back = self._abandoned(nodes, parent)
+        if parent is None:
+            return first_turn(self.renderer, request, rolled_back=rolled_back)
+        node = nodes[parent]
+        if node.truncated:
+            raise Conflict(
+                "truncated generation cannot be extended: the matched node "
+                f"{parent} ended with finish_reason='length' and truncation closes that "
+                "path for good; branch before the cut instead",
+                code="truncated_generation",
+            )
+        base = self._snapshot_of(nodes, parent)
+        return extension(self.renderer, request, base, node.delta[-1],
+                         keep_records=node.depth + 1, keep_messages=covered,
+                         rolled_back=rolled_back, parent=parent)
+
+    def _abandoned(self, nodes: list[Node], parent: int | None) -> int:
+        """Generated turns of the active path the new node does not extend (a retry: 1)."""
+        if self.active_leaf is None or self.active_leaf >= len(nodes):
+            return 0
+        active = path_of(nodes, self.active_leaf)
+        ancestors = {n.id for n in path_of(nodes, parent)} if parent is not None else set()
+        return sum(1 for n in active if n.id not in ancestors)
+
+    def _snapshot_of(self, nodes: list[Node], node_id: int) -> np.ndarray:
+        """The token ids of ``node_id``'s path (the active buffer when it is the active
+        leaf; else rebuilt from the path's records)."""
+        leaf, ids = self._active
+        if node_id == leaf:
+            return ids.view()
+        return snapshot_ids([n.record for n in path_of(nodes, node_id)])
+
+    # -- commit / release -----------------------------------------------------------------
+    def release(self, plan: TurnPlan | None = None) -> None:
+        """The turn failed or was given up: the tree is exactly as before."""
+        self._running -= 1
+        self._reserved -= 1
+
+    def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
+                       message: Message) -> TurnCommit:
+        return build_commit(plan, result, output, message)
+
+    def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
+               message: Message) -> TurnRecord:
+        turn = self.prepare_commit(plan, result, output, message)
+        self.apply(turn, plan)
+        return turn.record
+
+    def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
+        """Add the turn's node under its parent and make it the active leaf. With its
+        ``plan`` the token snapshot follows (room allocated first); without (journal
+        replay), :meth:`rebuild_snapshot` rebuilds it afterwards."""
+        parent = turn.parent
+        depth = 0 if parent is None else self.nodes[parent].depth + 1
+        node = Node(id=len(self.nodes), parent=parent, depth=depth,
+                    delta=[*turn.appended, turn.message], tools=turn.tools,
+                    record=turn.record, path_messages=turn.keep_messages
+                    + len(turn.appended) + 1, response_id=turn.response_id)
+        snapshot = self.snapshot
+        in_place = False
+        if plan is not None:
+            # in place only when no other turn of this session runs: a plan being made
+            # in a worker thread may be reading the buffer
+            in_place = parent is not None and parent == self.active_leaf and \
+                self._running == 1
+            snapshot = extended_snapshot(snapshot if in_place else None, plan,
+                                         turn.record.output_ids)
+        siblings = self.nodes[parent].children if parent is not None else None
+        # -- no failure past this line ----------------------------------------------------
+        if in_place and plan is not None:
+            extend_in_place(snapshot, plan, turn.record.output_ids)
+        self.nodes.append(node)
+        if siblings is not None:
+            siblings.append(node.id)
+        self._active = (node.id, snapshot)
+        self.last_active = turn.record.commit_ts
+        if plan is not None:
+            self.release(plan)
+
+    def rebuild_snapshot(self) -> None:
+        """The active leaf's token snapshot from the records (after a journal replay)."""
+        self._active = (self.active_leaf, IdBuffer(snapshot_ids(self.records)))

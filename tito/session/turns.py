@@ -1,0 +1,174 @@
+"""The primitives every session version is made of (design §5): matching a replayed
+history, planning a turn's prompt ids, building its record, and extending a token snapshot.
+
+A v1 session is a tree with one path and bounded rollback, a v2 session a tree that keeps
+every path; both call these functions, so one request produces the same prompt ids, the
+same record and the same sample under either version.
+
+A turn is two steps around the engine call: a :class:`TurnPlan` (validated, prompt ids
+computed, nothing in the session changed) and a :class:`TurnCommit` (what the session
+stores, built before the first mutation so that the mutation itself cannot fail).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tito.render.base import TemplateRenderer
+from tito.session.idbuffer import IdBuffer
+from tito.session.matchers import BUILTIN, Matcher
+from tito.types.engine import CheckedOutput, GenerateResult
+from tito.types.errors import BadRequest
+from tito.types.messages import Message, TurnRequest
+from tito.types.records import IDS_DTYPE, TurnRecord
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(slots=True)
+class TurnPlan:
+    """A validated turn, ready for the engine; nothing in the session has changed yet."""
+
+    request: TurnRequest
+    keep_records: int
+    """Records on the path the turn extends (v1: fewer than now on a rollback)."""
+    keep_messages: int
+    """Messages on that path; ``request.messages[keep_messages:]`` are appended."""
+    drop: int
+    bridge_ids: np.ndarray
+    prompt_ids: np.ndarray
+    rolled_back: int
+    """Generated turns the request abandoned (v1: discarded; v2: left as a branch)."""
+    parent: int | None = None
+    """v2: the node the turn extends (None: a new root). v1: unused."""
+    request_ts: float = field(default_factory=lambda: time.time())
+    response_id: str | None = None
+    """The id of the API response that answers this turn (set by the API layer)."""
+
+    @property
+    def appended(self) -> list[Message]:
+        return self.request.messages[self.keep_messages :]
+
+
+@dataclass(slots=True)
+class TurnCommit:
+    """One committed turn as it changes a session: what the journal stores and replays."""
+
+    keep_records: int
+    keep_messages: int
+    appended: list[Message]
+    message: Message
+    """The assistant message parsed from the generation."""
+    tools: list[dict[str, Any]] | None
+    record: TurnRecord
+    parent: int | None = None
+    """v2: the node this turn's node hangs under (None: a root)."""
+    response_id: str | None = None
+
+
+def exact_matches(matcher: Matcher) -> bool:
+    """Whether equal messages always match under ``matcher`` (true of every builtin, so a
+    C-level list comparison can stand in for the message-by-message walk)."""
+    return matcher in BUILTIN.values()
+
+
+def match_len(matcher: Matcher, stored: list[Message], request: list[Message],
+              start: int = 0, *, exact: bool = False) -> int:
+    """How many messages of ``stored`` match ``request[start:]``, from the first on."""
+    n = len(stored)
+    if exact and request[start : start + n] == stored:
+        return n
+    matched = 0
+    for kept, replayed in zip(stored, request[start : start + n], strict=False):
+        if not matcher(kept, replayed):
+            break
+        matched += 1
+    return matched
+
+
+def check_roles(messages: list[Message]) -> None:
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"messages[{i}].role {role!r} is not supported",
+                             code="role_not_allowed")
+
+
+def first_turn(renderer: TemplateRenderer, request: TurnRequest, *, rolled_back: int = 0,
+               parent: int | None = None) -> TurnPlan:
+    """The plan of a turn rendered from scratch (the chat template on the whole request)."""
+    check_roles(request.messages)
+    ids = np.asarray(
+        renderer.render_prompt(request.messages, tools=request.tools,
+                               template_kwargs=request.template_kwargs),
+        dtype=IDS_DTYPE,
+    )
+    return TurnPlan(request, 0, 0, 0, ids, ids, rolled_back, parent)
+
+
+def extension(renderer: TemplateRenderer, request: TurnRequest, base: np.ndarray,
+              previous: Message, *, keep_records: int, keep_messages: int,
+              rolled_back: int = 0, parent: int | None = None) -> TurnPlan:
+    """The plan of a turn that extends a stored path: its snapshot ``base`` bit for bit
+    (minus a declared trailing trim), then the bridge of the appended messages."""
+    bridge = renderer.bridge(
+        previous, int(base[-1]) if len(base) else None, request.messages[keep_messages:],
+        tools=request.tools, template_kwargs=request.template_kwargs,
+    )
+    bridge_ids = np.asarray(bridge.ids, dtype=IDS_DTYPE)
+    prompt = np.concatenate([base[: len(base) - bridge.drop], bridge_ids])
+    return TurnPlan(request, keep_records, keep_messages, bridge.drop, bridge_ids, prompt,
+                    rolled_back, parent)
+
+
+def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
+                 message: Message) -> TurnCommit:
+    """The committed turn (record included), built without changing any session."""
+    request_facts: dict[str, Any] = {
+        "appended_roles": [m.get("role") for m in plan.appended],
+        "rolled_back": plan.rolled_back,
+    }
+    if plan.request.template_kwargs:
+        request_facts["chat_template_kwargs"] = plan.request.template_kwargs
+    record = TurnRecord(
+        turn=plan.keep_records,
+        drop=plan.drop,
+        bridge_ids=plan.bridge_ids,
+        output_ids=output.ids,
+        logprobs=output.logprobs,
+        finish_reason=result.finish_reason,
+        prompt_len=len(plan.prompt_ids),
+        weight_version=result.weight_version,
+        cached_tokens=result.cached_tokens,
+        e2e_latency=result.e2e_latency,
+        request_ts=plan.request_ts,
+        commit_ts=time.time(),
+        routed_experts=None,
+        request=request_facts,
+    )
+    return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,
+                      plan.request.tools, record, plan.parent, plan.response_id)
+
+
+def extended_snapshot(snapshot: IdBuffer | None, plan: TurnPlan, output: np.ndarray
+                      ) -> IdBuffer:
+    """The token snapshot after the planned turn. ``snapshot`` is the path's current
+    buffer when the plan extends it in place (its room is reserved here, so the caller's
+    later truncate/extend cannot fail); None: a new buffer from the plan's prompt."""
+    if snapshot is None:
+        fresh = IdBuffer(plan.prompt_ids)
+        fresh.extend(output)
+        return fresh
+    snapshot.reserve(len(plan.prompt_ids) + len(output))
+    return snapshot
+
+
+def extend_in_place(snapshot: IdBuffer, plan: TurnPlan, output: np.ndarray) -> None:
+    """Apply the plan to the buffer :func:`extended_snapshot` reserved (cannot fail)."""
+    snapshot.truncate(len(snapshot) - plan.drop)
+    snapshot.extend(plan.bridge_ids)
+    snapshot.extend(output)
