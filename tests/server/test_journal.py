@@ -43,8 +43,10 @@ async def samples(http: httpx.AsyncClient, sid: str) -> Any:
             sample.rollout_log_probs.tolist(), sample.response)  # type: ignore[union-attr]
 
 
-async def test_replay_restores_sessions_bit_for_bit(make_gateway: Any, tmp_path: Path) -> None:
-    first: Gateway = make_gateway(journal=str(tmp_path))
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_replay_restores_sessions_bit_for_bit(make_gateway: Any, tmp_path: Path,
+                                                    version: str) -> None:
+    first: Gateway = make_gateway(journal=str(tmp_path), session_version=version)
     sids, views, outs = [], {}, {}
     async with asgi_client(first) as http:
         for n in range(3):
@@ -63,7 +65,7 @@ async def test_replay_restores_sessions_bit_for_bit(make_gateway: Any, tmp_path:
     assert first.journal is not None
     first.journal.close()
 
-    second: Gateway = make_gateway(journal=str(tmp_path))
+    second: Gateway = make_gateway(journal=str(tmp_path), session_version=version)
     async with asgi_client(second) as http:
         for sid in sids:
             assert await view(http, sid) == views[sid]

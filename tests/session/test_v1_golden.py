@@ -79,8 +79,8 @@ async def run_script(gateway: Gateway, http: httpx.AsyncClient, name: str
     view = (await http.get(f"/sessions/{sid}", params={"include_messages": "1"})).json()
     first_user = [m for m in view["messages"] if m["role"] == "user"][:1]
     deep = await http.post(f"/sessions/{sid}/v1/chat/completions",
-                           json={"messages": first_user + [
-                               {"role": "user", "content": "something else"}]})
+                           json={"messages": [*first_user,
+                                              {"role": "user", "content": "something else"}]})
     statuses.append(deep.status_code)
     assert isinstance(gateway.engine, ModelEngine)
     out: dict[str, Any] = {

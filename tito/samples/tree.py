@@ -147,7 +147,8 @@ def train_once(samples: list[Sample], session_metadata: dict[str, Any],
 def run_hooks(leaf_samples: list[Sample], *, picker: Picker, postprocessor: Postprocessor,
               names: tuple[str, str], session_metadata: dict[str, Any],
               agent_metadata: dict[str, Any]) -> list[Sample]:
-    """Pick then postprocess; any failure is a 422 naming both hooks."""
+    """Pick, order (deeper path first, then later commit), postprocess; any failure is a
+    422 naming both hooks."""
     where = f"session sample hook failed (picker={names[0]}, postprocessor={names[1]})"
     try:
         picked = picker(leaf_samples, session_metadata)
@@ -156,8 +157,9 @@ def run_hooks(leaf_samples: list[Sample], *, picker: Picker, postprocessor: Post
     except Exception as exc:
         raise AssemblyError(f"{where}: {type(exc).__name__}: {exc}") from exc
     _check_subset(picked, leaf_samples, where)
+    picked = sorted(picked, key=_order, reverse=True)  # deeper path first, then later commit
     try:
-        out = postprocessor(list(picked), session_metadata, agent_metadata)
+        out = postprocessor(picked, session_metadata, agent_metadata)
     except AssemblyError as exc:
         raise AssemblyError(f"{where}: {exc.message}") from exc
     except Exception as exc:
