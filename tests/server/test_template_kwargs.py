@@ -1,0 +1,44 @@
+"""Each turn keeps the request's template settings and the mismatch comparator renders
+the canonical sequence with them: a session in a family's non-default thinking mode
+reports no false mismatch."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import ModelEngine
+from inproc import asgi_client, new_session
+from support import tokenizer_dir
+
+from tito.config import ServerConfig
+from tito.render import build_renderer
+from tito.render.families import family_module
+from tito.samples import decode_samples
+from tito.server.gateway import Gateway
+
+
+@pytest.mark.parametrize(("family", "thinking"), [
+    ("glm47", False), ("nemotron3", False), ("deepseek_v32", True), ("deepseek_v4", True),
+])
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_no_false_mismatch_in_a_non_default_thinking_mode(
+        family: str, thinking: bool, version: str) -> None:
+    fixture = getattr(family_module(family), "FIXTURE", None)
+    tokenizer = str(tokenizer_dir(fixture)) if fixture else "standin"
+    renderer = build_renderer(family, tokenizer)
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    cfg = ServerConfig(tokenizer=tokenizer, family=family, engine="sglang",
+                       engine_url="http://fake", session_version=version)
+    gateway = Gateway(cfg, renderer, ModelEngine(renderer))
+    settings = {kwarg: thinking}
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        resp = await http.post(f"/sessions/{sid}/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Hi\nSAY Hello!\nTHINK The user greets me."}],
+            "chat_template_kwargs": settings})
+        assert resp.status_code == 200, resp.text
+        view = (await http.get(f"/sessions/{sid}")).json()
+        samples = decode_samples((await http.post(f"/sessions/{sid}/samples")).content)
+    assert view["records"][0]["chat_template_kwargs"] == settings
+    assert samples.session_metadata["tito_session_mismatch"] == []
+    assert samples.samples[0].metadata["tito_session_mismatch"] == []
