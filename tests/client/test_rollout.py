@@ -87,10 +87,16 @@ def assert_tito_row(row: dict[str, Any]) -> None:
     mask = np.asarray(row["loss_mask"])
     logprobs = np.asarray(row["rollout_log_probs"], dtype=np.float32)
     assert set(mask.tolist()) <= {0, 1}
-    assert (logprobs[mask == 0] == 0).all() and (logprobs[mask == 1] <= 0).all()
-    if row["status"] != "aborted":
-        assert rl > 0 and mask[0] == 1
     meta = json.loads(row["metadata"])
+    generated = mask == 1
+    if "leaf" in meta:  # v2: a completion another sample trains keeps its logprobs
+        generated = np.zeros(rl, dtype=bool)
+        for _, start, end in meta["leaf"]["completion_spans"]:
+            generated[start - row["prompt_length"] : end - row["prompt_length"]] = True
+        assert not (mask.astype(bool) & ~generated).any()
+    assert (logprobs[~generated] == 0).all() and (logprobs[generated] <= 0).all()
+    if row["status"] != "aborted":
+        assert rl > 0 and generated[0]
     strict = [m for m in meta.get("tito_session_mismatch", [])
               if m["type"] != "assistant_text"]
     assert strict == []
@@ -420,3 +426,39 @@ def test_default_embedded_rollout(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tito_violations"] == 0 and summary["strict_mismatches"] == 0
     assert summary["turns_run"] == 4 and summary["generated_tokens"] > 0
+
+
+def test_rollout_v2_groups_the_leaves_of_a_branching_agent(
+        qwen3_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = ["--engine", "mock", "--tokenizer", str(qwen3_dir), "--family", "qwen3",
+            "--agent", "branching_agent:run_agent", "--out", str(out), "--limit", "2",
+            "--session-version", "v2"]
+    code = cli_main(["rollout", *args])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "tree leaves" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["session_version"] == "v2"
+    assert summary["samples"] == 4 and summary["leaves"] == 6
+    assert summary["dropped_leaves"] == 2 and summary["tito_violations"] == 0
+    rows = load_rows(out, tmp_path / "hf")
+    assert [(r["prompt_index"], r["rollout_id"], r["leaf_path"]) for r in rows] == [
+        (0, 0, [0, 2, 3]), (0, 0, [0, 4]), (1, 1, [0, 2, 3]), (1, 1, [0, 4])]
+    for row in rows:
+        assert_tito_row(row)
+        assert row["reward"] == 1.0
+    # the first turn's completion trains once per trajectory (in the earliest leaf)
+    first, second = rows[0], rows[1]
+    span = json.loads(first["metadata"])["leaf"]["completion_spans"][0]
+    p = first["prompt_length"]
+    assert sum(first["loss_mask"][span[1] - p : span[2] - p]) == span[2] - span[1]
+    assert sum(second["loss_mask"][span[1] - p : span[2] - p]) == 0
+
+
+def test_rollout_v1_keeps_rollout_id_unset(qwen3_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli_main(["rollout", *mock_args(qwen3_dir, out, "--limit", "1",
+                                           "--max-turns", "1")]) == 0
+    rows = load_rows(out, tmp_path / "hf")
+    assert [(r["rollout_id"], r["leaf_path"]) for r in rows] == [(None, None)]

@@ -147,8 +147,10 @@ async def test_custom_picker_keeps_retries(v2: Callable[..., Gateway]) -> None:
     assert [s.metadata["leaf"]["node_id"] for s in samples] == [2, 1]
     assert all(s.reward == 1.0 for s in samples)
     later, earlier = samples
+    assert earlier.metadata["leaf"]["path_node_ids"][0] == 0
     # node 0's completion trains once, in the earliest leaf's sample
-    (n0, a, b), _ = earlier.metadata["leaf"]["completion_spans"]
+    (node0, a, b), _ = earlier.metadata["leaf"]["completion_spans"]
+    assert node0 == 0
     p = later.prompt_length
     assert later.loss_mask is not None and earlier.loss_mask is not None
     assert later.loss_mask[a - p : b - p].sum() == 0

@@ -36,6 +36,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from tito.cli.serve import add_session_arguments, session_config
 from tito.client.agent import AgentFn
 from tito.client.rollout import (
     AbortFn,
@@ -116,6 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--collect-timeout", type=_positive_float, default=120.0, metavar="SECONDS",
                    help="HTTP timeout of the tracer (create, collect, delete); a collect "
                         "that times out gives an ABORTED sample")
+    add_session_arguments(p)
 
 
 # -- the engine + gateway stack ------------------------------------------------------------
@@ -131,7 +133,8 @@ def _check_args(args: argparse.Namespace) -> ServerConfig:
     config = ServerConfig(tokenizer=args.tokenizer or "",
                           family=args.family or default_family(args.engine),
                           engine=args.engine, engine_url=args.engine_url, host="127.0.0.1",
-                          port=0, max_seq_len=args.max_seq_len, log_level="warning")
+                          port=0, max_seq_len=args.max_seq_len, log_level="warning",
+                          **session_config(args))
     config.validate()
     return config
 
@@ -159,6 +162,10 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
                   + (f", [red]{s.failed} failed[/]" if s.failed else "")
                   + (f", [yellow]{s.cancelled} cancelled[/]" if s.cancelled else ""))
     table.add_row("samples", str(s.samples))
+    if s.leaves:
+        table.add_row("tree leaves", f"{s.leaves} ({s.samples} kept samples, "
+                                     f"{s.dropped_leaves} dropped: superseded retries or "
+                                     "truncated away)")
     table.add_row("turns", str(s.turns) if s.turns == s.turns_run
                   else f"{s.turns} in samples ({s.turns_run} run)")
     table.add_row("prompt tokens", str(s.prompt_tokens))
@@ -181,6 +188,7 @@ def _config_record(args: argparse.Namespace, stack: Stack | None,
                    settings: RolloutSettings) -> dict[str, Any]:
     return {"agent": args.agent, "data": str(args.data), "engine": args.engine,
             "engine_url": args.engine_url, "tokenizer": args.tokenizer,
+            "session_version": args.session_version,
             "family": args.family, "stack": stack.description if stack else None,
             "limit": args.limit, **{k: getattr(settings, k) for k in (
                 "concurrency", "n_per_prompt", "max_turns", "max_seq_len", "max_new_tokens",

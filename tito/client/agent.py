@@ -64,6 +64,8 @@ async def generate(
     tracer: SessionTracer,
     metadata: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
+    rollout_id: int | str | None = None,
+    index: int | None = None,
     **agent_kwargs: Any,
 ) -> list[Sample]:
     """Run ``agent`` in a fresh session and return its samples.
@@ -72,7 +74,31 @@ async def generate(
     its ``reward`` sets ``Sample.reward``. An empty assembly (no generation, or everything
     truncated) gives one ABORTED sample carrying the ``empty_reason``. Agent exceptions
     propagate after the session is deleted.
+
+    When the session returns several samples (a v2 tree with several kept leaves), they
+    all get ``rollout_id`` (or ``index`` when it is None), so a trainer counts them as one
+    rollout; a single sample keeps ``rollout_id`` None. Several samples with neither is a
+    ValueError (the trajectory cannot be grouped).
     """
+    samples, _ = await generate_with_metadata(
+        agent, prompt, sampling, tracer=tracer, metadata=metadata, max_seq_len=max_seq_len,
+        rollout_id=rollout_id, index=index, **agent_kwargs)
+    return samples
+
+
+async def generate_with_metadata(
+    agent: AgentFn,
+    prompt: list[dict[str, Any]],
+    sampling: dict[str, Any] | None,
+    *,
+    tracer: SessionTracer,
+    metadata: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
+    rollout_id: int | str | None = None,
+    index: int | None = None,
+    **agent_kwargs: Any,
+) -> tuple[list[Sample], dict[str, Any]]:
+    """:func:`generate`, also returning the session's metadata (for v2: its ``tree``)."""
     session = await tracer.create()
     meta = {**(metadata or {}), "max_seq_len": max_seq_len}
     try:
@@ -94,4 +120,11 @@ async def generate(
         sample.metadata = {**(metadata or {}), **agent_meta, **sample.metadata}
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             sample.reward = float(reward)
-    return samples
+    if len(samples) > 1:
+        group = rollout_id if rollout_id is not None else index
+        if group is None:
+            raise ValueError(f"the session returned {len(samples)} samples (v2 leaves); pass "
+                             "rollout_id or index so that they count as one rollout")
+        for sample in samples:
+            sample.rollout_id = group
+    return samples, decoded.session_metadata

@@ -6,8 +6,9 @@ Pure asyncio + HTTP, no UI and no engine management (that is :mod:`tito.cli.roll
   "metadata": {...}}`` per line) and raises :class:`RolloutInputError` with the line
   number of the first bad line; :func:`resolve_agent` loads ``--agent``.
 - :class:`RolloutDriver` runs ``n_per_prompt`` trajectories per prompt, ``concurrency`` at
-  a time, each in its own session (:func:`tito.client.agent.generate`). An agent exception
-  is recorded on its :class:`TrajectoryResult` and never touches the other trajectories;
+  a time, each in its own session (:func:`tito.client.agent.generate_with_metadata`). An
+  agent exception is recorded on its :class:`TrajectoryResult` and never touches the other
+  trajectories;
   a collect timeout gives the tracer's ABORTED sample. :meth:`RolloutDriver.interrupt`
   (Ctrl-C) calls the agent module's ``abort()``, cancels every running or waiting
   trajectory and deletes the sessions still open; what finished is kept.
@@ -21,7 +22,10 @@ TITO invariant violations of a sample (each one is a string in the summary):
    is empty) with exactly ``response_length`` entries, a known ``status``;
 2. ``loss_mask`` values are 0 or 1;
 3. ``rollout_log_probs`` are finite, ``<= 1e-5`` on generated positions (a log
-   probability) and exactly ``0.0`` on bridge positions (``loss_mask == 0``);
+   probability) and exactly ``0.0`` on bridge positions. Generated positions are those
+   of ``loss_mask == 1``, or, for a v2 leaf sample, its ``leaf.completion_spans`` (a
+   completion another sample trains keeps its logprobs with its mask zeroed), and the
+   mask trains nothing else;
 4. a sample that is not ``aborted`` has a non-empty response that starts with a generated
    token (the first turn's output directly follows the first prompt);
 5. every entry of the gateway's ``tito_session_mismatch`` report whose type is one of the
@@ -51,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from tito.client.agent import AgentFn, generate, load_agent
+from tito.client.agent import AgentFn, generate_with_metadata, load_agent
 from tito.client.tracer import SessionTracer, TracedSession
 from tito.samples import STATUSES, Sample, sample_problem
 from tito.types.mismatch import MISMATCH_TYPES, STRICT_TYPES
@@ -207,6 +211,8 @@ class TrajectoryResult:
     samples: list[Sample] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    leaves: int = 0
+    """v2: leaves of the session's tree (0 for v1)."""
 
     @property
     def label(self) -> str:
@@ -328,11 +334,14 @@ class RolloutDriver:
             result = TrajectoryResult(prompt.index, k)
             started = time.monotonic()
             try:
-                result.samples = await generate(
+                result.samples, session_meta = await generate_with_metadata(
                     self.agent, prompt.messages, self.settings.sampling(n), tracer=tracer,
-                    metadata=metadata, max_seq_len=self.settings.max_seq_len,
+                    metadata=metadata, max_seq_len=self.settings.max_seq_len, index=n,
                     max_turns=self.settings.max_turns,
                 )
+                tree = session_meta.get("tree")
+                if isinstance(tree, dict):
+                    result.leaves = len(tree.get("leaves") or [])
             except Exception as exc:
                 result.error = f"{type(exc).__name__}: {exc}"
             result.seconds = time.monotonic() - started
@@ -359,22 +368,42 @@ def sample_violations(sample: Sample) -> list[str]:
     if rl and (mask is None or logprobs is None):
         out.append("loss_mask / rollout_log_probs missing for a non-empty response")
     if mask is not None and logprobs is not None and rl:
-        mask_i = np.asarray(mask).astype(np.int64)
-        lp = np.asarray(logprobs, dtype=np.float64)
-        if not np.isin(mask_i, (0, 1)).all():
-            out.append("loss_mask has values other than 0 and 1")
-        if not np.isfinite(lp).all():
-            out.append("rollout_log_probs has non-finite values")
-        elif (lp[mask_i == 1] > LOGPROB_TOLERANCE).any():
-            out.append("rollout_log_probs has positive values on generated tokens")
-        if (lp[mask_i == 0] != 0.0).any():
-            out.append("rollout_log_probs is not 0.0 on bridge tokens")
-        if sample.status != "aborted" and mask_i[0] != 1:
-            out.append("the response does not start with a generated token")
+        out.extend(_training_field_problems(sample, np.asarray(mask).astype(np.int64),
+                                            np.asarray(logprobs, dtype=np.float64)))
     if sample.status != "aborted" and rl == 0:
         out.append(f"{sample.status} sample with an empty response")
     out.extend(f"strict mismatch {m.get('type')}: {m.get('detail', '')}"
                for m in strict_mismatches(sample))
+    return out
+
+
+def _generated_positions(sample: Sample, mask: np.ndarray) -> np.ndarray:
+    """Which response positions hold generated ids (bool, ``response_length`` entries)."""
+    leaf = sample.metadata.get("leaf")
+    if not isinstance(leaf, dict) or not isinstance(leaf.get("completion_spans"), list):
+        return mask != 0
+    generated = np.zeros(sample.response_length, dtype=bool)
+    prompt = sample.prompt_length
+    for _node, start, end in leaf["completion_spans"]:
+        generated[max(start - prompt, 0) : max(end - prompt, 0)] = True
+    return generated
+
+
+def _training_field_problems(sample: Sample, mask: np.ndarray, lp: np.ndarray) -> list[str]:
+    out: list[str] = []
+    if not np.isin(mask, (0, 1)).all():
+        out.append("loss_mask has values other than 0 and 1")
+    generated = _generated_positions(sample, mask)
+    if (mask.astype(bool) & ~generated).any():
+        out.append("loss_mask trains a position that was not generated")
+    if not np.isfinite(lp).all():
+        out.append("rollout_log_probs has non-finite values")
+    elif (lp[generated] > LOGPROB_TOLERANCE).any():
+        out.append("rollout_log_probs has positive values on generated tokens")
+    if (lp[~generated] != 0.0).any():
+        out.append("rollout_log_probs is not 0.0 on bridge tokens")
+    if sample.status != "aborted" and not generated[0]:
+        out.append("the response does not start with a generated token")
     return out
 
 
@@ -388,6 +417,10 @@ class RolloutSummary:
     failed: int = 0
     cancelled: int = 0
     samples: int = 0
+    leaves: int = 0
+    """v2: leaves of the trajectory trees (0 with v1 sessions)."""
+    dropped_leaves: int = 0
+    """v2: leaves that gave no sample (superseded retries, truncated away)."""
     turns: int = 0
     """Turns kept in the samples (assembly may drop turns, e.g. after truncation)."""
     turns_run: int = 0
@@ -422,6 +455,19 @@ class RolloutSummary:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _count_trajectory(s: RolloutSummary, traj: TrajectoryResult) -> None:
+    if traj.error is not None:
+        s.failed += 1
+        if len(s.errors) < MAX_REPORTED:
+            s.errors.append({"prompt_index": traj.prompt_index,
+                             "sample_index": traj.sample_index, "error": traj.error})
+        return
+    s.finished += 1
+    if traj.leaves:
+        s.leaves += traj.leaves
+        s.dropped_leaves += max(traj.leaves - len(traj.samples), 0)
+
+
 def summarize(result: RolloutResult) -> RolloutSummary:
     """Count everything the table and ``summary.json`` show."""
     s = RolloutSummary(trajectories=result.requested, cancelled=result.cancelled,
@@ -433,13 +479,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
     by_type: Counter[str] = Counter(dict.fromkeys(MISMATCH_TYPES, 0))
     rewards: list[float] = []
     for traj in result.trajectories:
-        if traj.error is not None:
-            s.failed += 1
-            if len(s.errors) < MAX_REPORTED:
-                s.errors.append({"prompt_index": traj.prompt_index,
-                                 "sample_index": traj.sample_index, "error": traj.error})
-        else:
-            s.finished += 1
+        _count_trajectory(s, traj)
     for traj, sample in result.samples():
         s.samples += 1
         statuses[sample.status] += 1

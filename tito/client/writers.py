@@ -21,6 +21,10 @@ column                 type                meaning
 ``reward``             double (nullable)   the agent's ``reward``
 ``response``           string              the response region as text
 ``metadata``           string              JSON: agent + gateway metadata of the sample
+``rollout_id``         int64 (nullable)    v2, several samples from one trajectory: its
+                                           index among all trajectories (they count
+                                           as one rollout); null for a single sample
+``leaf_path``          list<int64> (null)  v2: node ids of the sample's root→leaf path
 =====================  ==================  ============================================
 
 It loads with ``datasets.load_dataset("parquet", data_files=...)`` or ``pyarrow``.
@@ -127,9 +131,19 @@ def samples_table(rows: Sequence[tuple[int, int, Sample]]) -> Any:
                            type=pa.float64()),
         "response": pa.array([s.response for s in samples], type=pa.string()),
         "metadata": pa.array([to_json(s.metadata) for s in samples], type=pa.string()),
+        "rollout_id": pa.array([s.rollout_id for s in samples],
+                               type=pa.int64() if all(r is None or isinstance(r, int)
+                                                      for r in (s.rollout_id for s in samples))
+                               else pa.string()),
+        "leaf_path": pa.array([_leaf_path(s) for s in samples], type=pa.list_(pa.int64())),
     }
     table = pa.table(columns)
     return table.replace_schema_metadata({"tito_samples_format": PARQUET_FORMAT_VERSION})
+
+
+def _leaf_path(sample: Sample) -> list[int] | None:
+    leaf = sample.metadata.get("leaf")
+    return [int(i) for i in leaf["path_node_ids"]] if isinstance(leaf, dict) else None
 
 
 def parquet_writer(rows: Sequence[tuple[int, int, Sample]]) -> Callable[[Path], None]:

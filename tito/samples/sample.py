@@ -60,6 +60,9 @@ class Sample:
     """Engine weight version of each kept turn, in order."""
     metadata: dict[str, Any] = field(default_factory=dict)
     reward: float | None = None
+    rollout_id: int | str | None = None
+    """Driver-side, not on the wire: set when one trajectory gave several samples (v2
+    leaves), so a trainer counts them as one rollout; None for a single sample."""
 
     @property
     def prompt_length(self) -> int:
