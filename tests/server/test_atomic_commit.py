@@ -13,9 +13,8 @@ import pytest
 from fakes import FakeEngine
 
 from tito.server.gateway import Gateway
-from tito.session import turns
+from tito.session import Session, TreeSession, turns
 from tito.session.idbuffer import IdBuffer
-from tito.session.linear import LinearSession
 from tito.types.engine import GenerateResult, SamplingParams
 from tito.types.errors import EngineError, TitoError
 from tito.types.messages import TurnRequest
@@ -25,7 +24,11 @@ class Injected(Exception):
     pass
 
 
-def state(session: LinearSession) -> Any:
+def state(session: Session) -> Any:
+    if isinstance(session, TreeSession):
+        return ([(n.id, n.parent, copy.deepcopy(n.delta), n.record.output_ids.tolist(),
+                  list(n.children)) for n in session.nodes], session.active_leaf,
+                session.snapshot.view().tolist(), session.in_flight, session._reserved)
     return (copy.deepcopy(session.messages), list(session.checkpoint_ends),
             [(r.turn, r.bridge_ids.tolist(), r.output_ids.tolist(), r.logprobs.tolist())
              for r in session.records],
@@ -73,7 +76,7 @@ STEPS: dict[str, Callable[[pytest.MonkeyPatch, Gateway], None]] = {
 USER = {"role": "user", "content": "hello"}
 
 
-async def history(gateway: Gateway, session: LinearSession, turns: int) -> list[Any]:
+async def history(gateway: Gateway, session: Session, turns: int) -> list[Any]:
     messages: list[Any] = [USER]
     for n in range(turns):
         outcome = await gateway.run_turn(session, TurnRequest(list(messages)),
@@ -89,13 +92,15 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 @pytest.mark.parametrize("step", sorted(STEPS))
 async def test_failure_at_every_step_leaves_the_session_unchanged(
-        make_gateway: Any, monkeypatch: pytest.MonkeyPatch, step: str, scenario: str) -> None:
+        make_gateway: Any, monkeypatch: pytest.MonkeyPatch, step: str, scenario: str,
+        version: str) -> None:
     if step == "snapshot_new" and scenario == "extension":
         pytest.skip("an extension grows the stored buffer in place (snapshot_grow)")
-    gateway: Gateway = make_gateway()
+    gateway: Gateway = make_gateway(session_version=version)
     session = gateway.store.create()
     turns, request_of = SCENARIOS[scenario]
     messages = request_of(await history(gateway, session, turns))

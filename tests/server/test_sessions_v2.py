@@ -181,3 +181,37 @@ async def test_empty_tree_has_no_records(v2: Callable[..., Gateway]) -> None:
     assert decoded.samples == [] and decoded.empty_reason == "no_records"
     assert decoded.session_metadata["tree"] == {"active_leaf": None, "nodes": [],
                                                 "leaves": []}
+
+
+async def test_compaction_and_a_sub_agent_grow_the_forest(v2: Callable[..., Gateway]
+                                                          ) -> None:
+    """A harness that rewrites an old assistant message (compaction), and a sub-agent that
+    shares nothing with the main conversation: both are served, both are samples."""
+    async with asgi_client(v2()) as http:
+        sid = await new_session(http)
+        history: list[Message] = [user("u0")]
+        for k in range(2):
+            history += [await extend(http, sid, history), user(f"u{k + 1}")]
+        compacted = [history[0], {"role": "assistant", "content": "(summary of a0)"},
+                     *history[2:]]
+        await extend(http, sid, compacted)
+        await extend(http, sid, [user("sub-agent task")])
+        resp = await http.post(f"/sessions/{sid}/samples")
+    decoded = decode_samples(resp.content)
+    nodes = decoded.session_metadata["tree"]["nodes"]
+    assert [n["parent"] for n in nodes] == [None, 0, None, None]
+    assert sorted(s.metadata["leaf"]["node_id"] for s in decoded.samples) == [1, 2, 3]
+
+
+async def test_sdk_retry_of_an_answered_turn_replays_it(v2: Callable[..., Gateway]) -> None:
+    """An SDK retry (same body, ``x-stainless-retry-count``) gets the committed answer: no
+    sibling is grown for it."""
+    gateway = v2()
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        body = {"messages": [user("u0")]}
+        first = await http.post(f"/sessions/{sid}/v1/chat/completions", json=body)
+        again = await http.post(f"/sessions/{sid}/v1/chat/completions", json=body,
+                                headers={"x-stainless-retry-count": "1"})
+        assert again.json() == first.json()
+        assert len((await tree(http, sid))["nodes"]) == 1

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from fakes import ModelEngine
-from inproc import asgi_client, new_session, openai_for
+from inproc import asgi_client, new_session
 from scripted import WEATHER_TOOLS, WEATHER_TREE, first_turn_retry, weather_agent
 
 from tito.config import ServerConfig
@@ -36,7 +37,9 @@ def make(renderer: TemplateRenderer, qwen3_dir: Path, self_check: dict[str, Any]
 async def run_agent(http: httpx.AsyncClient, agent: int, script: Any = weather_agent
                     ) -> tuple[str, list[Sample], dict[str, Any], dict[str, Any]]:
     sid = await new_session(http)
-    sdk = openai_for(http, sid)
+    base = str(http.base_url).rstrip("/")
+    sdk = openai.AsyncOpenAI(base_url=f"{base}/sessions/{sid}/v1", api_key="unused",
+                             max_retries=0, http_client=http)
 
     async def chat(messages: list[dict[str, Any]]) -> dict[str, Any]:
         r = await sdk.chat.completions.create(model="m", messages=messages,  # type: ignore[arg-type]
@@ -127,3 +130,26 @@ async def test_reward_in_agent_metadata(version: str, qwen3_renderer: TemplateRe
     [sample] = decode_samples(resp.content).samples
     assert sample.metadata["reward"] == 0.5
     assert sample.reward == (0.5 if version == "v2" else None)
+
+
+@pytest.mark.slow
+async def test_parity_through_real_processes(qwen3_dir: Path,
+                                             qwen3_stack: tuple[Any, Any]) -> None:
+    """The same check from outside: `tito mock-engine`, `tito serve` v1 (the shared stack)
+    and `tito serve --session-version v2`, the openai SDK over loopback HTTP."""
+    from support import start_gateway
+
+    engine, v1_gateway = qwen3_stack
+    v2_gateway = start_gateway(engine.url, qwen3_dir, "qwen3", "--session-version", "v2")
+    try:
+        results = []
+        for gateway in (v1_gateway, v2_gateway):
+            async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+                results.append(await asyncio.gather(*(run_agent(http, a)
+                                                      for a in range(AGENTS))))
+    finally:
+        v2_gateway.stop()
+    for agent, ((_, s1, _, _), (_, s2, m2, _)) in enumerate(zip(*results, strict=True)):
+        assert [n["parent"] for n in m2["tree"]["nodes"]] == WEATHER_TREE["parents"]
+        a, b = comparable(s1[0]), comparable(s2[0])
+        assert len(s2) == 1 and samples_identical(a, b), (agent, differences(a, b))
