@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 from fakes import FakeEngine
-from inproc import new_session, openai_for
+from inproc import asgi_client, new_session, openai_for
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
@@ -337,3 +337,26 @@ async def test_health_reports_the_engine_down_as_503_degraded(gateway: Gateway,
         assert await gateway.engine_state(refresh=True) is None
         resp = await http.get("/health")
         assert resp.status_code == 200 and resp.json()["engine"]["ok"] is True
+
+
+async def test_max_rollback_lets_v1_rewind_further(make_gateway: Any) -> None:
+    """``--max-rollback 2``: a request may abandon two generated turns (a compacting
+    harness); three is still 400 with the limit named, and changes nothing."""
+    async with asgi_client(make_gateway(max_rollback=2)) as http:
+        sid = await new_session(http)
+        messages: list[Any] = [{"role": "user", "content": "u0"}]
+        for k in range(3):
+            resp = await chat(http, sid, messages)
+            messages += [resp.json()["choices"][0]["message"],
+                         {"role": "user", "content": f"u{k + 1}"}]
+        before = await state(http, sid)
+        deep = await chat(http, sid, [{"role": "user", "content": "elsewhere"}])
+        assert_openai_error(deep, 400, "rollback_too_deep")
+        assert "limit of 2" in deep.json()["error"]["message"]
+        assert "--max-rollback" in deep.json()["error"]["message"]
+        assert await state(http, sid) == before
+        ok = await chat(http, sid, [*messages[:2], {"role": "user", "content": "u1 again"}])
+        assert ok.status_code == 200, ok.text
+        view = (await http.get(f"/sessions/{sid}")).json()
+        assert view["metadata"]["num_turns"] == 2
+        assert view["records"][-1]["rolled_back"] == 2
