@@ -428,6 +428,7 @@ def test_default_embedded_rollout(tmp_path: Path) -> None:
     assert summary["turns_run"] == 4 and summary["generated_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_rollout_v2_groups_the_leaves_of_a_branching_agent(
         qwen3_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
@@ -456,6 +457,7 @@ def test_rollout_v2_groups_the_leaves_of_a_branching_agent(
     assert sum(second["loss_mask"][span[1] - p : span[2] - p]) == 0
 
 
+@pytest.mark.slow
 def test_rollout_v1_keeps_rollout_id_unset(qwen3_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert cli_main(["rollout", *mock_args(qwen3_dir, out, "--limit", "1",
