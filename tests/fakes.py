@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
-from tito.types.engine import GenerateResult, PauseMode, SamplingParams
+from tito.types.engine import GenerateResult, PauseMode, ReplayRequest, SamplingParams
 
 
 @dataclass
@@ -39,6 +39,8 @@ class FakeEngine:
         self.gate: asyncio.Event | None = None
         self.aborted: list[str] = []
         self.closed = False
+        self.weight_version = "w0"
+        self.replays: list[ReplayRequest | None] = []
         self.down: str | None = None
         """A reason makes probe()/health() report the engine down."""
 
@@ -50,9 +52,9 @@ class FakeEngine:
         return self
 
     async def generate(self, input_ids: Sequence[int] | np.ndarray, params: SamplingParams,
-                       rid: str, *, return_routed_experts: bool = False,
-                       routed_experts_start_len: int = 0) -> GenerateResult:
+                       rid: str, *, replay: ReplayRequest | None = None) -> GenerateResult:
         self.calls.append(Call([int(i) for i in input_ids], params, rid))
+        self.replays.append(replay)
         if self.gate is not None:
             await self.gate.wait()
         reply = self.replies.popleft() if self.replies else \
@@ -65,7 +67,7 @@ class FakeEngine:
             ids, finish = ids[: params.max_new_tokens], "length"
         return GenerateResult(output_ids=ids, logprobs=[-0.25] * len(ids),
                               finish_reason=finish,  # type: ignore[arg-type]
-                              prompt_tokens=len(input_ids), weight_version="w0")
+                              prompt_tokens=len(input_ids), weight_version=self.weight_version)
 
     async def abort(self, rid: str) -> None:
         self.aborted.append(rid)
@@ -78,6 +80,9 @@ class FakeEngine:
 
     async def resume(self) -> None:
         pass
+
+    async def update_weight_version(self, version: str) -> None:
+        self.weight_version = version
 
     async def health(self) -> bool:
         return self.down is None
@@ -104,8 +109,7 @@ class ModelEngine(FakeEngine):
         self.model = MockModel(renderer)
 
     async def generate(self, input_ids: Sequence[int] | np.ndarray, params: SamplingParams,
-                       rid: str, *, return_routed_experts: bool = False,
-                       routed_experts_start_len: int = 0) -> GenerateResult:
+                       rid: str, *, replay: ReplayRequest | None = None) -> GenerateResult:
         ids = [int(i) for i in input_ids]
         self.calls.append(Call(ids, params, rid))
         if self.gate is not None:

@@ -1,19 +1,28 @@
-"""Gateway configuration (one dataclass; the CLI fills it, tests build it directly).
+"""Gateway configuration: one dataclass and its rules (design §9).
 
-:meth:`ServerConfig.validate` checks flag combinations before anything starts and raises
-:class:`tito.types.errors.ConfigError` (the CLI's exit status 2), never an HTTP error.
+The CLI (`tito serve`, `tito rollout`) and the Python API fill a :class:`ServerConfig`;
+:meth:`ServerConfig.validate` applies :data:`RULES` before anything starts. A rule is
+data — what it checks, whether it is an error or a warning, and a message that names the
+flags involved and the fix. An error raises :class:`tito.types.errors.ConfigError` (the
+CLI's exit status 2, never an HTTP error); warnings are logged and returned.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from tito.types.errors import ConfigError
+
+log = logging.getLogger("tito.config")
 
 SESSION_VERSIONS = ("v1", "v2")
 ENGINES = ("embedded", "sglang", "mock")
 """embedded: SmolLM2 in this process; sglang: a server at ``engine_url``; mock: a
 ``tito mock-engine`` child process started by the stack (``tito rollout``, the demo)."""
+PAUSE_MODES = ("retract", "abort", "in_place")
 
 
 @dataclass
@@ -56,49 +65,126 @@ class ServerConfig:
     access_log: bool = False
     """One log line per HTTP request (uvicorn's access log)."""
     log_level: str = "info"
+    pause_generation_mode: str = "retract"
+    """How the engine pauses for a weight update: ``retract``, ``abort`` or ``in_place``;
+    routing replay is incremental in every mode but ``retract``."""
+    routing_replay: bool = False
+    """Ask the engine for MoE routed experts (R3) and put them in the samples."""
+    routing_layers: int | None = None
+    """Layers per routed-experts row (None: ``num_hidden_layers`` of the model's
+    ``config.json`` in the tokenizer folder)."""
+    lora_name: str | None = None
+    """LoRA adapter name put on every engine request (SGLang ``lora_path``)."""
+    partial_rollout: bool = False
+    """Partial rollout (a trajectory resumed across rollout steps): never supported with
+    sessions; present so that a caller asking for it is told so."""
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` on the first bad flag or flag combination."""
-        self._validate_sessions()
-        if self.chat_template is not None and self.family != "default":
-            raise ConfigError("--chat-template is only allowed with --family default")
-        self._validate_engine()
-        if self.max_seq_len is not None and self.max_seq_len < 2:
-            raise ConfigError("--max-seq-len must be at least 2")
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
-            raise ConfigError("--max-prompt-tokens must be at least 1")
-        if not 4 <= self.max_json_depth <= 512:
-            raise ConfigError("--max-json-depth must be in [4, 512]")
-        if self.default_max_tokens < 1:
-            raise ConfigError("--default-max-tokens must be at least 1")
+    @property
+    def incremental_routing(self) -> bool:
+        """Routing rows are requested only after the stored prefix (every pause mode but
+        ``retract``, which may recompute the prefix's rows)."""
+        return self.routing_replay and self.pause_generation_mode != "retract"
 
-    def _validate_sessions(self) -> None:
-        if self.session_version not in SESSION_VERSIONS:
-            raise ConfigError(f"--session-version {self.session_version!r} is not a session "
-                              "version; use v1 (linear) or v2 (tree)")
-        if self.session_version == "v1":
-            v2_only = {"--max-nodes": self.max_nodes, "--sample-picker": self.sample_picker,
-                       "--sample-postprocessor": self.sample_postprocessor}
-            for flag, value in v2_only.items():
-                if value is not None:
-                    raise ConfigError(f"{flag} is a v2 option; add --session-version v2")
-        elif self.max_rollback is not None:
-            raise ConfigError("--max-rollback is a v1 option: v2 sessions never roll back "
-                              "(every retry becomes a branch of the tree)")
-        if self.max_rollback is not None and self.max_rollback < 0:
-            raise ConfigError("--max-rollback must be >= 0")
-        if self.max_nodes is not None and self.max_nodes < 1:
-            raise ConfigError("--max-nodes must be at least 1")
+    def validate(self) -> list[str]:
+        """Apply :data:`RULES`: raise :class:`ConfigError` on the first error, log and
+        return the warnings."""
+        return check(self)
 
-    def _validate_engine(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
-        if self.engine == "sglang" and not self.engine_url:
-            raise ConfigError("--engine sglang needs --engine-url")
-        if self.engine != "sglang" and self.engine_url:
-            raise ConfigError("--engine-url is only used with --engine sglang")
-        if self.engine in ("sglang", "mock") and not self.tokenizer:
-            raise ConfigError(f"--tokenizer is required with --engine {self.engine}")
-        if self.engine == "embedded" and self.tokenizer:
-            raise ConfigError("--tokenizer is not used with --engine embedded (the embedded "
-                              "model brings its own tokenizer)")
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One configuration rule: ``broken(config)`` is true when the rule is violated."""
+
+    name: str
+    broken: Callable[[ServerConfig], bool]
+    message: Callable[[ServerConfig], str]
+    level: Literal["error", "warning"] = "error"
+
+
+def _v2_only(c: ServerConfig) -> str | None:
+    for flag, value in (("--max-nodes", c.max_nodes), ("--sample-picker", c.sample_picker),
+                        ("--sample-postprocessor", c.sample_postprocessor)):
+        if value is not None:
+            return flag
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("session_version", lambda c: c.session_version not in SESSION_VERSIONS,
+         lambda c: f"--session-version {c.session_version!r} is not a session version; use "
+                   "v1 (linear) or v2 (tree)"),
+    Rule("partial_rollout", lambda c: c.partial_rollout,
+         lambda c: f"--partial-rollout is not supported with sessions (--session-version "
+                   f"{c.session_version}; no session version supports it): a session's "
+                   "trajectory is collected once, when its agent finishes; drop "
+                   "--partial-rollout"),
+    Rule("v2_only_flags", lambda c: c.session_version == "v1" and _v2_only(c) is not None,
+         lambda c: f"{_v2_only(c)} is a v2 option; add --session-version v2 or drop it"),
+    Rule("v1_only_flags", lambda c: c.session_version == "v2" and c.max_rollback is not None,
+         lambda c: "--max-rollback is a v1 option: v2 sessions never roll back (every retry "
+                   "becomes a branch of the tree); drop --max-rollback"),
+    Rule("max_rollback", lambda c: c.max_rollback is not None and c.max_rollback < 0,
+         lambda c: "--max-rollback must be >= 0"),
+    Rule("max_nodes", lambda c: c.max_nodes is not None and c.max_nodes < 1,
+         lambda c: "--max-nodes must be at least 1"),
+    Rule("custom_template", lambda c: c.chat_template is not None and c.family != "default",
+         lambda c: f"--chat-template is only allowed with --family default (--family "
+                   f"{c.family} brings its own verified template); drop one of them"),
+    Rule("engine", lambda c: c.engine not in ENGINES,
+         lambda c: f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}"),
+    Rule("engine_url_needed", lambda c: c.engine == "sglang" and not c.engine_url,
+         lambda c: "--engine sglang needs --engine-url"),
+    Rule("engine_url_unused", lambda c: c.engine != "sglang" and bool(c.engine_url),
+         lambda c: "--engine-url is only used with --engine sglang"),
+    Rule("tokenizer_needed", lambda c: c.engine in ("sglang", "mock") and not c.tokenizer,
+         lambda c: f"--tokenizer is required with --engine {c.engine}"),
+    Rule("tokenizer_unused", lambda c: c.engine == "embedded" and bool(c.tokenizer),
+         lambda c: "--tokenizer is not used with --engine embedded (the embedded model "
+                   "brings its own tokenizer)"),
+    Rule("pause_mode", lambda c: c.pause_generation_mode not in PAUSE_MODES,
+         lambda c: f"--pause-generation-mode {c.pause_generation_mode!r} is not a pause mode; "
+                   f"use one of {', '.join(PAUSE_MODES)}"),
+    Rule("routing_replay_engine", lambda c: c.routing_replay and c.engine == "embedded",
+         lambda c: "--routing-replay needs an MoE engine that reports routed experts "
+                   "(--engine sglang, or the mock with --enable-return-routed-experts); the "
+                   "embedded model is dense"),
+    Rule("routing_layers_unused", lambda c: c.routing_layers is not None
+         and not c.routing_replay,
+         lambda c: "--routing-layers is only used with --routing-replay; add it or drop "
+                   "--routing-layers"),
+    Rule("routing_layers", lambda c: c.routing_layers is not None and c.routing_layers < 1,
+         lambda c: "--routing-layers must be at least 1"),
+    Rule("lora_engine", lambda c: c.lora_name is not None and c.engine == "embedded",
+         lambda c: "--lora-name needs an engine that serves LoRA adapters (--engine sglang); "
+                   "the embedded engine has none"),
+    Rule("max_seq_len", lambda c: c.max_seq_len is not None and c.max_seq_len < 2,
+         lambda c: "--max-seq-len must be at least 2"),
+    Rule("max_prompt_tokens", lambda c: c.max_prompt_tokens is not None
+         and c.max_prompt_tokens < 1,
+         lambda c: "--max-prompt-tokens must be at least 1"),
+    Rule("max_json_depth", lambda c: not 4 <= c.max_json_depth <= 512,
+         lambda c: "--max-json-depth must be in [4, 512]"),
+    Rule("default_max_tokens", lambda c: c.default_max_tokens < 1,
+         lambda c: "--default-max-tokens must be at least 1"),
+    Rule("routing_replay_retract", lambda c: c.routing_replay
+         and c.pause_generation_mode == "retract",
+         lambda c: "--routing-replay with --pause-generation-mode retract requests the "
+                   "routing of the whole prompt every turn (retract may recompute earlier "
+                   "rows): payloads and stored bytes grow with every turn; use "
+                   "--pause-generation-mode in_place or abort for incremental rows",
+         level="warning"),
+)
+
+
+def check(config: ServerConfig) -> list[str]:
+    """Raise :class:`ConfigError` on the first broken error rule; log and return the
+    messages of the broken warning rules."""
+    warnings: list[str] = []
+    for rule in RULES:
+        if not rule.broken(config):
+            continue
+        if rule.level == "error":
+            raise ConfigError(rule.message(config))
+        warnings.append(rule.message(config))
+        log.warning("%s", rule.message(config))
+    return warnings

@@ -54,6 +54,8 @@ def test_golden_two_turns() -> None:
             {"turn": 0, "t0": 100.5, "t1": 101.0, "req_ts": 100.0},
             {"turn": 1, "t0": 110.5, "t1": 111.0, "req_ts": 110.0},
         ],
+        "weight_version_spans": [{"version": "w1", "start": 3, "end": 5},
+                                 {"version": "w2", "start": 7, "end": 9}],
     }
 
 
@@ -399,3 +401,25 @@ def test_incremental_r3_gap_turn_stops_the_merge() -> None:
     s = only(assemble(records, decode=decode))
     assert len(s.tokens) == 9
     np.testing.assert_array_equal(s.rollout_routed_experts, reference[:8])
+
+
+def test_weight_version_spans_follow_mid_turn_updates_and_truncation() -> None:
+    """A turn whose weights changed mid-generation reports the engine's spans; spans of one
+    version merge across turns; truncation cuts them with the ids."""
+    records = golden()
+    records[1].weight_version = "w1"
+    records[1].weight_spans = [["w1", 0, 1], ["w2", 1, 2]]
+    s = only(assemble(records, decode=decode))
+    assert s.metadata["weight_version_spans"] == [{"version": "w1", "start": 3, "end": 8},
+                                                  {"version": "w2", "start": 8, "end": 9}]
+    cut = only(assemble(records, decode=decode, max_seq_len=8))
+    assert cut.metadata["weight_version_spans"] == [{"version": "w1", "start": 3, "end": 8}]
+
+
+def test_aborted_turn_carries_its_reason() -> None:
+    records = golden()
+    records[1].finish_reason = "abort"
+    records[1].finish_message = "Abort by pause_generation(mode=abort)"
+    s = only(assemble(records, decode=decode))
+    assert s.status == "aborted"
+    assert s.metadata["aborted_reason"] == "Abort by pause_generation(mode=abort)"

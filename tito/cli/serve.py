@@ -76,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_session_arguments(p: argparse.ArgumentParser) -> None:
-    """The session-model flags (shared with ``tito rollout``)."""
+    """The session-model and engine-control flags (shared with ``tito rollout``)."""
     p.add_argument("--session-version", default="v1", choices=["v1", "v2"],
                    help="session model: v1 linear sessions (retries roll back up to "
                         "--max-rollback turns); v2 trajectory trees that keep every branch")
@@ -94,10 +94,30 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                         "(default tito.samples.tree:train_once)")
 
 
+    p.add_argument("--pause-generation-mode", default="retract",
+                   choices=["retract", "abort", "in_place"],
+                   help="how the engine pauses for a weight update (POST /pause without a "
+                        "mode); routing replay is incremental in every mode but retract")
+    p.add_argument("--routing-replay", action="store_true",
+                   help="MoE routing replay (R3): ask the engine for routed experts and put "
+                        "rollout_routed_experts in the samples")
+    p.add_argument("--routing-layers", type=int, default=None, metavar="N",
+                   help="layers per routed-experts row (default: num_hidden_layers of the "
+                        "model's config.json in the --tokenizer folder)")
+    p.add_argument("--lora-name", default=None, metavar="NAME",
+                   help="LoRA adapter name put on every engine request (SGLang lora_path)")
+    p.add_argument("--partial-rollout", action="store_true",
+                   help="refused: partial rollout is not supported with sessions (any "
+                        "version); accepted only to say so")
+
+
 def session_config(args: argparse.Namespace) -> dict[str, Any]:
     return {"session_version": args.session_version, "max_rollback": args.max_rollback,
             "max_nodes": args.max_nodes, "sample_picker": args.sample_picker,
-            "sample_postprocessor": args.sample_postprocessor}
+            "sample_postprocessor": args.sample_postprocessor,
+            "pause_generation_mode": args.pause_generation_mode,
+            "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
+            "lora_name": args.lora_name, "partial_rollout": args.partial_rollout}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

@@ -42,7 +42,13 @@ from tito.engines.embedded_tokenizer import (
     make_tokenizer,
 )
 from tito.engines.embedded_weights import hf_model, load_model, load_weights
-from tito.types.engine import GenerateResult, PauseMode, SamplingParams, TokenIds
+from tito.types.engine import (
+    GenerateResult,
+    PauseMode,
+    ReplayRequest,
+    SamplingParams,
+    TokenIds,
+)
 from tito.types.errors import EngineError, EngineRejected
 from tito.types.tokenizer import Tokenizer
 
@@ -176,12 +182,12 @@ class EmbeddedEngine:
         params: SamplingParams,
         rid: str,
         *,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
+        replay: ReplayRequest | None = None,
     ) -> GenerateResult:
-        """Generate for ``input_ids``. A dense model has no routed experts: the R3 options
-        are accepted and ``routed_experts`` stays None (as SGLang without the flag)."""
-        del return_routed_experts, routed_experts_start_len
+        """Generate for ``input_ids``. A dense model has no routed experts: a replay
+        request is accepted and ``routed_experts`` stays None (as SGLang without the flag;
+        the configuration refuses routing replay with this engine)."""
+        del replay
         prompt = self._check_prompt(input_ids, params)
         if not self._scheduler.alive:
             raise EngineError("embedded engine is not running")
@@ -260,6 +266,10 @@ class EmbeddedEngine:
 
     async def resume(self) -> None:
         self._scheduler.resume()
+
+    async def update_weight_version(self, version: str) -> None:
+        """Report ``version`` in later results (the embedded weights never change)."""
+        self._scheduler.config.weight_version = version
 
     async def health(self) -> bool:
         return self._scheduler.alive

@@ -35,8 +35,10 @@ from tito.types.engine import (
     FinishReason,
     GenerateResult,
     PauseMode,
+    ReplayRequest,
     SamplingParams,
     TokenIds,
+    WeightSpan,
 )
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout
 
@@ -169,6 +171,12 @@ class _Reply:
                              "not a token id or a string")
         return kind, matched
 
+    @staticmethod
+    def finish_message(meta: dict[str, Any]) -> str | None:
+        finish = meta.get("finish_reason")
+        message = finish.get("message") if isinstance(finish, dict) else None
+        return message if isinstance(message, str) else None
+
     def _check_abort_status(self, finish: dict[str, Any]) -> None:
         status = finish.get("status_code")
         if status is None:
@@ -267,14 +275,38 @@ class _Reply:
             raise self.error(f"meta_info.e2e_latency is {_kind(value)}, not a number")
         return float(value)
 
-    def routed_experts(self, meta: dict[str, Any]) -> bytes | None:
-        routed = meta.get("routed_experts")
-        if not isinstance(routed, str):
+    def rows(self, meta: dict[str, Any], key: str) -> bytes | None:
+        """A base64 replay payload (``routed_experts``, ``indexer_topk``) as raw bytes."""
+        payload = meta.get(key)
+        if payload is None:
             return None
+        if not isinstance(payload, str):
+            raise self.error(f"meta_info.{key} is {_kind(payload)}, not a base64 string")
         try:
-            return base64.b64decode(routed)
+            return base64.b64decode(payload, validate=True)
         except binascii.Error as exc:
-            raise self.error(f"meta_info.routed_experts is not base64: {exc}") from exc
+            raise self.error(f"meta_info.{key} is not base64: {exc}") from exc
+
+    def weight_versions(self, meta: dict[str, Any]) -> list[WeightSpan] | None:
+        """``meta_info.weight_versions``: ``[{"version", "start", "end"}]`` over output
+        indices, present only when the weights changed while the request ran."""
+        spans = meta.get("weight_versions")
+        if spans is None:
+            return None
+        if not isinstance(spans, list):
+            raise self.error(f"meta_info.weight_versions is {_kind(spans)}, not a list")
+        out: list[WeightSpan] = []
+        for i, span in enumerate(spans):
+            if not (isinstance(span, dict) and isinstance(span.get("version"), str)
+                    and _is_int(span.get("start")) and _is_int(span.get("end"))
+                    and 0 <= span["start"] <= span["end"]):
+                raise self.error(f"meta_info.weight_versions[{i}] is {span!r}, not "
+                                 "{version: str, start: int, end: int}")
+            out.append(WeightSpan(span["version"], span["start"], span["end"]))
+        return out
+
+    def optional_count(self, meta: dict[str, Any], key: str) -> int | None:
+        return None if meta.get(key) is None else self.count(meta, key)
 
 
 def parse_generate_response(data: Any, *, rid: str,
@@ -299,8 +331,12 @@ def parse_generate_response(data: Any, *, rid: str,
         prompt_tokens=reply.count(meta, "prompt_tokens"),
         cached_tokens=reply.count(meta, "cached_tokens"),
         weight_version=reply.weight_version(meta),
-        routed_experts=reply.routed_experts(meta),
+        weight_versions=reply.weight_versions(meta),
+        routed_experts=reply.rows(meta, "routed_experts"),
+        indexer_topk=reply.rows(meta, "indexer_topk"),
+        indexer_topk_num_layers=reply.optional_count(meta, "indexer_topk_num_layers"),
         e2e_latency=reply.e2e_latency(meta),
+        finish_message=reply.finish_message(meta),
     )
 
 
@@ -418,8 +454,11 @@ class SGLangEngine:
     name = "sglang"
 
     def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
-                 keepalive_timeout: float = 4.0, vocab_size: int | None = None):
+                 keepalive_timeout: float = 4.0, vocab_size: int | None = None,
+                 lora_path: str | None = None):
         self.url = url.rstrip("/")
+        self.lora_path = lora_path
+        """LoRA adapter name sent as ``lora_path`` on every request (``--lora-name``)."""
         self.timeout = timeout
         self.max_connections = max_connections
         self.keepalive_timeout = keepalive_timeout
@@ -507,8 +546,7 @@ class SGLangEngine:
         params: SamplingParams,
         rid: str,
         *,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
+        replay: ReplayRequest | None = None,
     ) -> GenerateResult:
         payload: dict[str, Any] = {
             "input_ids": input_ids,
@@ -518,9 +556,13 @@ class SGLangEngine:
             "logprob_start_len": -1,
             "stream": False,
         }
-        if return_routed_experts:
+        if self.lora_path is not None:
+            payload["lora_path"] = self.lora_path
+        if replay is not None and replay.routed_experts:
             payload["return_routed_experts"] = True
-            payload["routed_experts_start_len"] = routed_experts_start_len
+            payload["routed_experts_start_len"] = replay.start_len
+        if replay is not None and replay.indexer_topk:
+            payload["return_indexer_topk"] = True
         start = time.perf_counter()
         status, body = await self._request("POST", "/generate",
                                            orjson.dumps(payload, option=_JSON_OPTS))
@@ -585,11 +627,23 @@ class SGLangEngine:
     async def abort(self, rid: str) -> None:
         await self._post("/abort_request", {"rid": rid})
 
+    async def _control(self, path: str, payload: dict[str, Any]) -> None:
+        """A control call; an engine that refuses it raises (its status kept)."""
+        status, body = await self._post(path, payload)
+        if 400 <= status < 500:
+            raise EngineRejected(f"engine refused {path}: {_error_text(body)}",
+                                 engine_status=status)
+        if status >= 300:
+            raise EngineError(f"engine answered HTTP {status} to {path}: {_error_text(body)}")
+
     async def pause(self, mode: PauseMode = "retract") -> None:
-        await self._post("/pause_generation", {"mode": mode})
+        await self._control("/pause_generation", {"mode": mode})
 
     async def resume(self) -> None:
-        await self._post("/continue_generation", {})
+        await self._control("/continue_generation", {})
+
+    async def update_weight_version(self, version: str) -> None:
+        await self._control("/update_weight_version", {"new_version": version})
 
     async def close(self) -> None:
         if self._session is not None:

@@ -215,6 +215,11 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
     kept_lens = np.cumsum([t.length for t in turns]).tolist()
     sample_metadata = copy.deepcopy(metadata)
     sample_metadata["lifecycle"] = [_lifecycle(t.record) for t in turns]
+    sample_metadata["weight_version_spans"] = _weight_spans(turns)
+    last = turns[-1]
+    if last.status == "aborted":
+        sample_metadata["aborted_reason"] = last.record.finish_message or \
+            "the engine aborted the generation (finish_reason abort)"
     return Sample(
         tokens=tokens,
         response_length=len(tokens) - len(prompt),
@@ -226,6 +231,25 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
         weight_versions=[t.record.weight_version for t in turns],
         metadata=sample_metadata,
     )
+
+
+def _weight_spans(turns: list[_Turn]) -> list[dict[str, Any]]:
+    """Which weight version generated which ids: ``{version, start, end}`` over positions
+    of ``tokens``, from a version's first generated id to its last before another
+    version's (the bridge ids inside a span were not generated)."""
+    spans: list[dict[str, Any]] = []
+    for turn, (start, end) in zip(turns, _spans(turns), strict=True):
+        rec = turn.record
+        parts = rec.weight_spans or [[rec.weight_version, 0, len(turn.output)]]
+        for version, a, b in parts:
+            lo, hi = start + min(a, end - start), start + min(b, end - start)
+            if hi <= lo:
+                continue
+            if spans and spans[-1]["version"] == version:
+                spans[-1]["end"] = hi
+            else:
+                spans.append({"version": version, "start": lo, "end": hi})
+    return spans
 
 
 def _lifecycle(rec: TurnRecord) -> dict[str, Any]:

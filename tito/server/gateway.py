@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 
 from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer
@@ -32,12 +33,20 @@ from tito.session import LinearSession, Session, TreeSession
 from tito.session.matchers import resolve_matcher
 from tito.session.store import SessionStore
 from tito.session.tree import MAX_NODES, Node, leaves_of, path_messages, path_of
-from tito.session.turns import TurnCommit, TurnPlan
-from tito.types.engine import Engine, GenerateResult, SamplingParams, check_output
-from tito.types.errors import BadRequest, Conflict, TitoError
+from tito.session.turns import TurnCommit, TurnPlan, replay_start
+from tito.types.engine import (
+    Engine,
+    GenerateResult,
+    PauseMode,
+    ReplayRequest,
+    SamplingParams,
+    check_output,
+)
+from tito.types.errors import BadRequest, ConfigError, Conflict, TitoError
 from tito.types.hooks import load_function
 from tito.types.messages import Message, ParsedCompletion, TurnRequest
 from tito.types.records import TurnRecord, snapshot_ids
+from tito.types.replay import decode_rows
 
 log = logging.getLogger("tito.server")
 PROBE_EVERY_S = 1.0
@@ -83,6 +92,11 @@ class Gateway:
         self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
         self._probed_at = -PROBE_EVERY_S
         self._engine_error: str | None = None
+        self.routing_layers, self.routing_top_k = routing_shape(config)
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        self.pause_mode: PauseMode | None = None
+        """The mode of the pause in force (None: not paused)."""
         self.journal: Journal | None = None
         if config.journal is not None:
             self.journal = Journal(config.journal)
@@ -172,12 +186,22 @@ class Gateway:
         rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
         try:
             params = await self._sampling(params, len(plan.prompt_ids))
+            replay = self._replay(plan)
+            if not self._unpaused.is_set():  # held, not failed, while the engine is paused
+                self.metrics.inc("turns_held_total")
+                await self._unpaused.wait()
             try:
-                result = await self.engine.generate(plan.prompt_ids, params, rid)
+                result = await self.engine.generate(plan.prompt_ids, params, rid,
+                                                    replay=replay)
             except asyncio.CancelledError:  # the client went away: stop the engine too
                 self._abort_later(rid)
                 raise
             output = check_output(result, self.vocab_size)
+            routed = None if replay is None else decode_rows(
+                result.routed_experts,
+                rows=max(len(plan.prompt_ids) + len(output.ids) - 1 - replay.start_len, 0),
+                layers=self.routing_layers or 1, top_k=self.routing_top_k,
+                field="routed_experts")
             if heavy or len(output.ids) > PARSE_INLINE_MAX:
                 parsed = await self.offload(self.renderer.parse, result.output_ids,
                                             result.finish_reason)
@@ -187,7 +211,9 @@ class Gateway:
             if session.closed:
                 session.release(plan)  # deleted while the engine ran: reply, store nothing
             else:
-                turn = session.prepare_commit(plan, result, output, parsed.to_message())
+                turn = session.prepare_commit(
+                    plan, result, output, parsed.to_message(), routed=routed,
+                    routed_start=0 if replay is None else replay.start_len)
                 await self._store_turn(session, turn, plan)
                 record = turn.record
         except BaseException:
@@ -199,6 +225,38 @@ class Gateway:
         if plan.rolled_back:
             self.metrics.inc("rollbacks_total")
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids), response_id)
+
+    def _replay(self, plan: TurnPlan) -> ReplayRequest | None:
+        """What the engine must return for routing replay (None: replay is off)."""
+        if not self.config.routing_replay:
+            return None
+        start = replay_start(plan) if self.config.incremental_routing else 0
+        return ReplayRequest(routed_experts=True, start_len=start)
+
+    # -- engine control (forwarded) --------------------------------------------------------
+    async def pause(self, mode: PauseMode | None = None) -> PauseMode:
+        """Pause the engine (default: ``--pause-generation-mode``); turns that arrive
+        meanwhile are held until :meth:`resume`, not failed."""
+        mode = mode or self.config.pause_generation_mode  # type: ignore[assignment]
+        assert mode is not None
+        self._unpaused.clear()
+        try:
+            await self.engine.pause(mode)
+        except BaseException:
+            if self.pause_mode is None:
+                self._unpaused.set()
+            raise
+        self.pause_mode = mode
+        self.metrics.inc("engine_pauses_total")
+        return mode
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+        self.pause_mode = None
+        self._unpaused.set()
+
+    async def update_weight_version(self, version: str) -> None:
+        await self.engine.update_weight_version(version)
 
     async def _store_turn(self, session: Session, turn: TurnCommit,
                           plan: TurnPlan) -> None:
@@ -350,6 +408,30 @@ class Gateway:
         except TitoError as exc:
             meta["tito_session_mismatch_error"] = exc.message
         return meta
+
+
+def routing_shape(config: ServerConfig) -> tuple[int | None, int | None]:
+    """(layers, top_k) of routing rows: ``--routing-layers``, else ``num_hidden_layers`` of
+    the model's ``config.json`` in the tokenizer folder; top_k from its
+    ``num_experts_per_tok`` when present (None: inferred from each payload)."""
+    if not config.routing_replay:
+        return None, None
+    model: dict[str, Any] = {}
+    path = os.path.join(config.tokenizer or "", "config.json")
+    if config.tokenizer and os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                loaded = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+        model = loaded.get("text_config", loaded) if isinstance(loaded, dict) else {}
+    layers = config.routing_layers or model.get("num_hidden_layers")
+    if not isinstance(layers, int) or layers < 1:
+        raise ConfigError("--routing-replay needs the number of layers per routing row: pass "
+                          "--routing-layers N, or put the model's config.json (with "
+                          "num_hidden_layers) in the --tokenizer folder")
+    top_k = model.get("num_experts_per_tok")
+    return layers, top_k if isinstance(top_k, int) and top_k > 0 else None
 
 
 def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:

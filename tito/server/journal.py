@@ -43,7 +43,8 @@ FILE = "journal.bin"
 _HEAD = struct.Struct("<II")
 _ARRAYS = (("bridge_ids", IDS_DTYPE), ("output_ids", IDS_DTYPE), ("logprobs", LOGPROB_DTYPE))
 _RECORD_FIELDS = ("turn", "drop", "finish_reason", "prompt_len", "weight_version",
-                  "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request")
+                  "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request",
+                  "routed_experts_start_len", "weight_spans", "finish_message")
 
 
 # -- frames ------------------------------------------------------------------------------
@@ -59,8 +60,13 @@ def turn_frame(session_id: str, turn: TurnCommit) -> bytes:
               "message": turn.message, "tools": turn.tools, "parent": turn.parent,
               "response_id": turn.response_id,
               "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
-              "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS]}
-    return frame(header, *(np.asarray(getattr(rec, name), dtype) for name, dtype in _ARRAYS))
+              "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS],
+              "routed_shape": None if rec.routed_experts is None
+              else list(rec.routed_experts.shape)}
+    arrays = [np.asarray(getattr(rec, name), dtype) for name, dtype in _ARRAYS]
+    if rec.routed_experts is not None:
+        arrays.append(np.ascontiguousarray(rec.routed_experts, dtype="<i4"))
+    return frame(header, *arrays)
 
 
 def read_frames(data: bytes) -> Iterator[tuple[int, dict[str, Any], memoryview, bytes]]:
@@ -90,6 +96,11 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
         size = n * np.dtype(dtype).itemsize
         parts[name] = np.frombuffer(arrays[start : start + size], dtype=dtype).copy()
         start += size
+    shape = header.get("routed_shape")
+    if shape is not None:
+        size = int(np.prod(shape)) * 4
+        parts["routed_experts"] = np.frombuffer(arrays[start : start + size], dtype="<i4") \
+            .astype(np.int32).reshape(shape)
     record = TurnRecord(**header["record"], **parts)
     return TurnCommit(header["keep_records"], header["keep_messages"], header["appended"],
                       header["message"], header["tools"], record, header.get("parent"),

@@ -8,10 +8,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from tito.config import PAUSE_MODES
 from tito.server import openai
 from tito.server.api import Api
 from tito.server.gateway import Gateway, tree_view
-from tito.server.http import check_depth, json_response, read_json
+from tito.server.http import check_depth, json_response, read_body, read_json
 from tito.session import TreeSession
 from tito.types.errors import BadRequest, NotFound
 
@@ -32,6 +33,11 @@ async def health(gateway: Gateway, request: Request) -> Response:
                    "ok": engine_error is None, "error": engine_error},
         "family": gateway.renderer.family,
         "session_version": gateway.config.session_version,
+        "paused": gateway.pause_mode,
+        "pause_generation_mode": gateway.config.pause_generation_mode,
+        "routing_replay": {"enabled": gateway.config.routing_replay,
+                           "incremental": gateway.config.incremental_routing,
+                           "layers": gateway.routing_layers, "top_k": gateway.routing_top_k},
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         "capabilities": {
@@ -164,6 +170,36 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     return Response(payload, media_type="application/octet-stream")
 
 
+async def pause(gateway: Gateway, request: Request) -> Response:
+    """Pause the engine (SGLang's ``/pause_generation``); new turns are held meanwhile."""
+    data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
+    if not isinstance(data, dict) or set(data) - {"mode"}:
+        raise BadRequest('pause body must be {"mode": "retract" | "abort" | "in_place"} or '
+                         "empty (the --pause-generation-mode)")
+    mode = data.get("mode")
+    if mode is not None and mode not in PAUSE_MODES:
+        raise BadRequest(f"unknown pause mode {mode!r}; use one of {', '.join(PAUSE_MODES)}")
+    used = await gateway.pause(mode)
+    return json_response({"status": "ok", "paused": True, "mode": used})
+
+
+async def resume(gateway: Gateway, request: Request) -> Response:
+    """Continue generation (SGLang's ``/continue_generation``); held turns proceed."""
+    await read_body(request, gateway.config.max_body_bytes)  # SGLang's options: ignored
+    await gateway.resume()
+    return json_response({"status": "ok", "paused": False})
+
+
+async def update_weight_version(gateway: Gateway, request: Request) -> Response:
+    """Forward ``{"new_version": str}`` to the engine: later turns record that version."""
+    data = await read_json(request, gateway.config.max_body_bytes)
+    version = data.get("new_version") if isinstance(data, dict) else None
+    if not isinstance(version, str) or not version:
+        raise BadRequest('update_weight_version body must be {"new_version": "<version>"}')
+    await gateway.update_weight_version(version)
+    return json_response({"success": True, "new_version": version})
+
+
 async def unknown_session_route(gateway: Gateway, request: Request) -> Response:
     gateway.session(request.path_params["session_id"])
     raise NotFound(f"no route {request.method} {request.url.path}", code="unknown_route")
@@ -180,6 +216,11 @@ API = Api(
         ("/sessions/{session_id}", get_session, ["GET"]),
         ("/sessions/{session_id}", delete_session, ["DELETE"]),
         ("/sessions/{session_id}/samples", samples, ["POST"]),
+        ("/pause", pause, ["POST"]),
+        ("/pause_generation", pause, ["POST"]),
+        ("/continue", resume, ["POST"]),
+        ("/continue_generation", resume, ["POST"]),
+        ("/update_weight_version", update_weight_version, ["POST"]),
     ],
 )
 CATCH_ALL = ("/sessions/{session_id}/{path:path}", unknown_session_route,

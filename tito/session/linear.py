@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import Matcher
@@ -134,9 +136,11 @@ class LinearSession:
         return turn.record
 
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-                       message: Message) -> TurnCommit:
+                       message: Message, *, routed: np.ndarray | None = None,
+                       routed_start: int = 0) -> TurnCommit:
         """The committed turn, built without changing the session (it may fail)."""
-        return build_commit(plan, result, output, message)
+        return build_commit(plan, result, output, message, routed=routed,
+                            routed_start=routed_start)
 
     def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
         """Apply a prepared turn. With its ``plan`` the snapshot is extended (its room is

@@ -252,8 +252,10 @@ class TreeSession:
         self._reserved -= 1
 
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-                       message: Message) -> TurnCommit:
-        return build_commit(plan, result, output, message)
+                       message: Message, *, routed: np.ndarray | None = None,
+                       routed_start: int = 0) -> TurnCommit:
+        return build_commit(plan, result, output, message, routed=routed,
+                            routed_start=routed_start)
 
     def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                message: Message) -> TurnRecord:

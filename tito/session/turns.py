@@ -125,9 +125,22 @@ def extension(renderer: TemplateRenderer, request: TurnRequest, base: np.ndarray
                     rolled_back, parent)
 
 
+def replay_start(plan: TurnPlan) -> int:
+    """First position whose routing rows an incremental replay asks for: the stored
+    prefix's rows are kept, except those of positions the turn changes — the previous
+    turn's last generated id was never fed (its row is new), and a declared trailing trim
+    of ``drop`` ids discards their rows (design §8)."""
+    if plan.keep_records == 0:
+        return 0
+    base = len(plan.prompt_ids) - len(plan.bridge_ids) + plan.drop
+    return max(0, base - max(plan.drop, 1))
+
+
 def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-                 message: Message) -> TurnCommit:
-    """The committed turn (record included), built without changing any session."""
+                 message: Message, *, routed: np.ndarray | None = None,
+                 routed_start: int = 0) -> TurnCommit:
+    """The committed turn (record included), built without changing any session.
+    ``routed``: the turn's routing rows from position ``routed_start`` on (replay)."""
     request_facts: dict[str, Any] = {
         "appended_roles": [m.get("role") for m in plan.appended],
         "rolled_back": plan.rolled_back,
@@ -147,7 +160,11 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         e2e_latency=result.e2e_latency,
         request_ts=plan.request_ts,
         commit_ts=time.time(),
-        routed_experts=None,
+        routed_experts=routed,
+        routed_experts_start_len=routed_start if routed is not None else 0,
+        weight_spans=None if not result.weight_versions else [
+            [s.version, s.start, s.end] for s in result.weight_versions],
+        finish_message=result.finish_message if result.finish_reason == "abort" else None,
         request=request_facts,
     )
     return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,

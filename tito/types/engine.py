@@ -24,6 +24,26 @@ TokenIds = Sequence[int] | np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
+class WeightSpan:
+    """Output tokens ``[start, end)`` of one generation came from weights ``version``."""
+
+    version: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """What a generation must also return for routing/indexer replay (design §8)."""
+
+    routed_experts: bool = False
+    indexer_topk: bool = False
+    start_len: int = 0
+    """First position whose rows are returned (incremental replay: the stored prefix's
+    rows are not sent again); 0: every position of prompt + output."""
+
+
+@dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Explicit sampling settings, always sent in full (engines' defaults differ)."""
 
@@ -51,8 +71,17 @@ class GenerateResult:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     weight_version: str | None = None
+    weight_versions: list[WeightSpan] | None = None
+    """Spans of output-token indices per weight version, when the weights changed while
+    the request ran (SGLang ``meta_info.weight_versions``); None: all of ``weight_version``."""
     routed_experts: bytes | None = None
+    """Raw little-endian int32 routing rows (MoE routing replay), decoded from base64."""
+    indexer_topk: bytes | None = None
+    """Raw little-endian int32 indexer top-k rows (sparse-attention indexer replay)."""
+    indexer_topk_num_layers: int | None = None
     e2e_latency: float | None = None
+    finish_message: str | None = None
+    """Why the engine aborted the request (``finish_reason`` ``abort``), when it says."""
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -75,10 +104,10 @@ class Engine(Protocol):
         params: SamplingParams,
         rid: str,
         *,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
+        replay: ReplayRequest | None = None,
     ) -> GenerateResult:
-        """Generate one completion for ``input_ids``; raise :class:`EngineError` on failure."""
+        """Generate one completion for ``input_ids``; raise :class:`EngineError` on failure.
+        ``replay``: also return routing / indexer rows from ``replay.start_len`` on."""
         ...
 
     async def abort(self, rid: str) -> None:
@@ -92,6 +121,10 @@ class Engine(Protocol):
     async def pause(self, mode: PauseMode = "retract") -> None: ...
 
     async def resume(self) -> None: ...
+
+    async def update_weight_version(self, version: str) -> None:
+        """Report ``version`` in the results of later generations (a weight update)."""
+        ...
 
     async def health(self) -> bool: ...
 

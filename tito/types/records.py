@@ -46,6 +46,11 @@ class TurnRecord:
     """int32 ``(rows, layers, top_k)`` expert ids, or None when routing replay is off."""
     routed_experts_start_len: int = 0
     """First position covered by ``routed_experts`` (0: the whole prompt + output)."""
+    weight_spans: list[list[Any]] | None = None
+    """``[version, start, end]`` over output indices when the weights changed while this
+    turn was generated; None: every output id came from ``weight_version``."""
+    finish_message: str | None = None
+    """The engine's reason for an ``abort`` finish (e.g. a pause in ``abort`` mode)."""
     request: dict[str, Any] = field(default_factory=dict)
     """Small request facts for ``GET /sessions/<id>`` (sampling settings, roles appended)."""
 

@@ -76,6 +76,8 @@ class ReqState:
     num_retractions: int = 0
     cached_tokens: int = 0
     plan: Plan | None = None
+    versions: list[tuple[str, int]] = field(default_factory=list)
+    """(weight version, first output index) each time the version changed mid-request."""
 
 
 class Lifecycle:
@@ -101,12 +103,17 @@ class Lifecycle:
         n_in = len(input_ids)
         check_lengths(n_in, sp, self.config.context_length)
         check_routed_experts(body, n_in, enabled=self.config.enable_return_routed_experts)
+        lora = body.get("lora_path")
+        if lora is not None and not isinstance(lora, str):
+            raise RequestError(f"lora_path must be a string, got {type(lora).__name__}")
         if rid in self.in_flight:
             raise RequestError(f"Duplicate request ID detected: {rid}")
         entry = {"rid": rid, "input_ids": input_ids, "output_ids": None, "logprobs": None,
                  "finish_reason": None, "sampling_params": sp, "cached_tokens": None,
                  "weight_version": None, "stream": bool(body.get("stream")),
-                 "arrived": time.time(), "faults": []}
+                 "arrived": time.time(), "faults": [], "lora_path": lora,
+                 "return_routed_experts": bool(body.get("return_routed_experts")),
+                 "routed_experts_start_len": body.get("routed_experts_start_len")}
         return ReqState(rid, input_ids, sp, body, time.perf_counter(), entry)
 
     def register(self, req: ReqState) -> None:
@@ -155,6 +162,7 @@ class Lifecycle:
             return
         self.start(req)
         assert req.plan is not None
+        req.versions = [(self.weight_version, 0)]
         await self.sleep(req, self.config.latency_ms / 1000)
         total = len(req.plan.output_ids)
         per_token = self.config.token_latency_ms / 1000
@@ -168,6 +176,8 @@ class Lifecycle:
                 await self.wait_unpaused(req)
             if req.aborted:
                 break
+            if self.weight_version != req.versions[-1][0]:  # updated while paused
+                req.versions.append((self.weight_version, req.emitted))
             req.emitted += 1
             yield req.emitted
 

@@ -60,6 +60,12 @@ class Replies:
         }
         if final:
             meta["e2e_latency"] = time.perf_counter() - req.arrived
+            if len(req.versions) > 1:  # SGLang reports spans only when weights changed
+                ends = [start for _, start in req.versions[1:]] + [n]
+                meta["weight_versions"] = [
+                    {"version": v, "start": start, "end": min(end, n)}
+                    for (v, start), end in zip(req.versions, ends, strict=True)
+                    if start < n]
         if body.get("return_logprob"):
             self._add_logprobs(meta, req, plan, out)
         if final and body.get("return_routed_experts") and \
