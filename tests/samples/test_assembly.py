@@ -364,8 +364,10 @@ def test_incremental_r3_after_a_trim_discards_dropped_rows() -> None:
 @pytest.mark.parametrize(
     ("start", "message"),
     [
-        (3, "additional R3: record 1 (turn 1) starts at row 3; expected 4"),  # overlap
-        (5, "additional R3: record 1 (turn 1) starts at row 5; expected 4"),  # gap
+        (3, "incremental routing replay: record 1 (turn 1) starts at row 3; rows so far "
+            "end at 4 (an overlap of 1 rows)"),
+        (5, "incremental routing replay: record 1 (turn 1) starts at row 5; rows so far "
+            "end at 4 (a gap of 1 rows)"),
     ],
 )
 def test_incremental_r3_misaligned_patch_is_unprocessable(start: int, message: str) -> None:

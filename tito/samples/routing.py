@@ -36,17 +36,26 @@ def has_routed_experts(record: TurnRecord) -> bool:
 
 
 def merge_routed_experts(
-    records: Sequence[TurnRecord], kept_lens: Sequence[int]
+    records: Sequence[TurnRecord], kept_lens: Sequence[int], *, required: bool = False
 ) -> np.ndarray | None:
     """R3 of the merged sample built from ``records`` (the kept turns, in order).
 
     ``kept_lens[i]`` is the merged sequence length after kept turn ``i``; the sample has
     ``kept_lens[-1]`` tokens and gets exactly ``kept_lens[-1] - 1`` rows. Returns None when
-    no kept record carries R3. Raises :class:`AssemblyError` on malformed or misaligned
-    payloads.
+    no kept record carries R3 (``required``: an error, routing replay is on). Raises
+    :class:`AssemblyError` on malformed, missing or misaligned payloads, naming the turn and
+    the rows.
     """
-    if not records or not any(has_routed_experts(r) for r in records):
+    if not records:
         return None
+    if not any(has_routed_experts(r) for r in records):
+        if not required:
+            return None
+        last = records[-1]
+        raise AssemblyError(
+            f"routing replay: record {len(records) - 1} (turn {last.turn}) has no "
+            f"routed_experts payload; the sample needs rows 0..{max(kept_lens[-1] - 1, 0)} "
+            "(does the engine run with --enable-return-routed-experts?)")
     need = max(kept_lens[-1] - 1, 0)
     _check_shapes(records)
     incremental = any(has_routed_experts(r) and r.routed_experts_start_len > 0 for r in records)
@@ -99,13 +108,16 @@ def _concatenate_patches(
         r3 = rec.routed_experts
         if r3 is None:
             raise AssemblyError(
-                f"additional R3: record {i} (turn {rec.turn}) has no routed_experts payload"
+                f"incremental routing replay: record {i} (turn {rec.turn}) has no "
+                f"routed_experts payload; rows {covered}..{kept - 1} are missing"
             )
         start = rec.routed_experts_start_len
         if start != covered:
+            what = "a gap" if start > covered else "an overlap"
             raise AssemblyError(
-                f"additional R3: record {i} (turn {rec.turn}) starts at row {start}; "
-                f"expected {covered}"
+                f"incremental routing replay: record {i} (turn {rec.turn}) starts at row "
+                f"{start}; rows so far end at {covered} ({what} of {abs(start - covered)} "
+                "rows)"
             )
         end = min(start + r3.shape[0], kept)
         patches.append(r3[: end - start])

@@ -337,6 +337,7 @@ class Gateway:
             max_seq_len=limit,
             metadata={**(metadata or {}), **session_meta},
             include_response=include_response,
+            routing=self.config.routing_replay,
         )
         self.metrics.inc("samples_total", len(result.samples))
         return encode_samples(result.samples, session_metadata=session_meta,
@@ -358,7 +359,8 @@ class Gateway:
 
         samples: list[Sample] = assemble_leaves(
             leaves, decode=self.renderer.tokenizer.decode, max_seq_len=limit,
-            metadata_of=metadata_of, include_response=include_response)
+            metadata_of=metadata_of, include_response=include_response,
+            routing=self.config.routing_replay)
         self.metrics.inc("leaf_samples_total", len(samples))
         if samples:
             samples = run_hooks(samples, picker=self.picker, postprocessor=self.postprocessor,

@@ -147,13 +147,22 @@ class Replies:
     def _routed_experts(self, seq: list[int], start: int) -> str:
         """base64 of little-endian int32, shape (len(seq) - 1 - start, layers, topk)."""
         cfg = self.config
-        end = max(start, len(seq) - 1)
-        toks = np.asarray(seq[start:end], dtype=np.uint64)
-        pos = np.arange(start, end, dtype=np.uint64)
-        h = (toks * np.uint64(2654435761) + pos * np.uint64(40503)) & np.uint64(0xFFFFFFFF)
-        layers = np.arange(cfg.num_layers, dtype=np.uint64) * np.uint64(0x9E3779B1)
-        mixed = ((h[:, None] ^ layers[None, :]) * np.uint64(2246822519)) >> np.uint64(13)
-        base = mixed % np.uint64(cfg.num_experts)
-        experts = (base[:, :, None] + np.arange(cfg.topk, dtype=np.uint64)) % np.uint64(
-            cfg.num_experts)
-        return base64.b64encode(experts.astype("<i4").tobytes()).decode("ascii")
+        rows = routing_rows(seq, start, layers=cfg.num_layers, topk=cfg.topk,
+                            experts=cfg.num_experts)
+        return base64.b64encode(rows.astype("<i4").tobytes()).decode("ascii")
+
+
+def routing_rows(seq: list[int], start: int, *, layers: int, topk: int,
+                 experts: int) -> np.ndarray:
+    """The mock's deterministic MoE routing: rows ``[start, len(seq) - 1)``, each a
+    function of (token, position, layer) only — so the rows of any prefix are the same
+    whether computed per turn or in one prefill (the "prefill oracle" of the tests)."""
+    end = max(start, len(seq) - 1)
+    toks = np.asarray(seq[start:end], dtype=np.uint64)
+    pos = np.arange(start, end, dtype=np.uint64)
+    h = (toks * np.uint64(2654435761) + pos * np.uint64(40503)) & np.uint64(0xFFFFFFFF)
+    salts = np.arange(layers, dtype=np.uint64) * np.uint64(0x9E3779B1)
+    mixed = ((h[:, None] ^ salts[None, :]) * np.uint64(2246822519)) >> np.uint64(13)
+    base = mixed % np.uint64(experts)
+    out = (base[:, :, None] + np.arange(topk, dtype=np.uint64)) % np.uint64(experts)
+    return out.astype(np.int32)
