@@ -1,0 +1,86 @@
+"""The configuration rules (design §9): one case per rule — the flags that break it, and a
+message that names the flags and the fix. A rule without a case fails the suite."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from tito.config import RULES, ServerConfig
+from tito.types.errors import ConfigError
+
+OK = {"tokenizer": "tok", "engine": "sglang", "engine_url": "http://x"}
+
+CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "session_version": ({"session_version": "v3"}, ["--session-version 'v3'", "v1", "v2"]),
+    "partial_rollout": ({"partial_rollout": True}, ["--partial-rollout", "not supported",
+                                                    "drop --partial-rollout"]),
+    "v2_only_flags": ({"max_nodes": 8}, ["--max-nodes is a v2 option",
+                                         "--session-version v2"]),
+    "v1_only_flags": ({"session_version": "v2", "max_rollback": 2},
+                      ["--max-rollback is a v1 option", "drop --max-rollback"]),
+    "max_rollback": ({"max_rollback": -1}, ["--max-rollback must be >= 0"]),
+    "max_nodes": ({"session_version": "v2", "max_nodes": 0}, ["--max-nodes must be"]),
+    "custom_template": ({"family": "qwen3", "chat_template": "t.jinja"},
+                        ["--chat-template", "--family default", "--family qwen3"]),
+    "engine": ({"engine": "tgi", "engine_url": None}, ["unknown engine 'tgi'"]),
+    "engine_url_needed": ({"engine_url": None}, ["--engine sglang needs --engine-url"]),
+    "engine_url_unused": ({"engine": "mock"}, ["--engine-url is only used with"]),
+    "tokenizer_needed": ({"tokenizer": ""}, ["--tokenizer is required with --engine sglang"]),
+    "tokenizer_unused": ({"engine": "embedded", "engine_url": None},
+                         ["--tokenizer is not used with --engine embedded"]),
+    "pause_mode": ({"pause_generation_mode": "freeze"},
+                   ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
+    "routing_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
+                               "routing_replay": True}, ["--routing-replay", "embedded"]),
+    "routing_layers_unused": ({"routing_layers": 4}, ["--routing-layers is only used with "
+                                                      "--routing-replay"]),
+    "routing_layers": ({"routing_replay": True, "routing_layers": 0,
+                        "pause_generation_mode": "in_place"}, ["--routing-layers must be"]),
+    "lora_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
+                     "lora_name": "a"}, ["--lora-name", "--engine sglang"]),
+    "max_seq_len": ({"max_seq_len": 1}, ["--max-seq-len must be at least 2"]),
+    "max_prompt_tokens": ({"max_prompt_tokens": 0}, ["--max-prompt-tokens must be"]),
+    "max_json_depth": ({"max_json_depth": 2}, ["--max-json-depth must be in [4, 512]"]),
+    "default_max_tokens": ({"default_max_tokens": 0}, ["--default-max-tokens must be"]),
+    "routing_replay_retract": ({"routing_replay": True},
+                               ["--routing-replay", "--pause-generation-mode retract",
+                                "grow with every turn", "in_place or abort"]),
+}
+
+
+def test_every_rule_has_a_case() -> None:
+    assert sorted(CASES) == sorted(rule.name for rule in RULES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    changes, words = CASES[name]
+    config = ServerConfig(**{**OK, **changes})
+    rule = next(r for r in RULES if r.name == name)
+    assert rule.broken(config)
+    if rule.level == "error":
+        with pytest.raises(ConfigError) as err:
+            config.validate()
+        message = err.value.message
+    else:
+        with caplog.at_level(logging.WARNING, logger="tito.config"):
+            warnings = config.validate()
+        [message] = warnings
+        assert message in caplog.text
+    for word in words:
+        assert word in message, message
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_partial_rollout_is_refused_for_every_session_version(version: str) -> None:
+    with pytest.raises(ConfigError, match="--partial-rollout is not supported with sessions"):
+        ServerConfig(**OK, session_version=version, partial_rollout=True).validate()
+
+
+def test_a_valid_config_has_no_warnings() -> None:
+    assert ServerConfig(**OK).validate() == []
+    assert ServerConfig(**OK, routing_replay=True,
+                        pause_generation_mode="in_place").validate() == []
