@@ -61,11 +61,11 @@ def tito_root() -> Path:
 
 
 def start_mock(tokenizer: Path, *, latency_ms: float = 0.0, token_latency_ms: float = 0.0,
-               log_size: int = 8) -> Proc:
+               log_size: int = 8, extra: tuple[str, ...] = ()) -> Proc:
     return launch.start_mock_engine(
         tokenizer, "qwen3", "--latency-ms", str(latency_ms), "--token-latency-ms",
         str(token_latency_ms), "--request-log-size", str(log_size), "--log-level", "warning",
-        **_from_root())
+        *extra, **_from_root())
 
 
 def start_gateway(tokenizer: Path, engine_url: str, *extra: str) -> Proc:
@@ -182,6 +182,9 @@ class Workload:
     """Leave the gateway sessions alive after the run (the memory benchmark reads them)."""
     stagger_s: float = 0.0
     """Session i starts i/S of this after the first, so requests do not arrive in bursts."""
+    routing: str | None = None
+    """Routing replay: ``incremental`` (rows after the stored prefix) or ``full`` (every
+    row, every turn); the token baselines ask the engine for the same rows."""
 
 
 def say_text(renderer: Any, output_tokens: int) -> str:
@@ -376,9 +379,14 @@ class _LoadRun:
         n_ids = len(wl.first_prompt_ids[i])
         prev = 0
         for t in range(wl.turns):
-            head = orjson.dumps({"rid": f"bench-{self.mode}-{i}-{t}",
-                                 "sampling_params": pay.sampling, "return_logprob": True,
-                                 "logprob_start_len": -1, "stream": False})
+            request: dict[str, Any] = {"rid": f"bench-{self.mode}-{i}-{t}",
+                                       "sampling_params": pay.sampling, "return_logprob": True,
+                                       "logprob_start_len": -1, "stream": False}
+            if wl.routing is not None:  # the rows the gateway would ask for
+                start = n_ids - len(wl.bridge_ids) - 1 if t and wl.routing == "incremental" \
+                    else 0
+                request.update(return_routed_experts=True, routed_experts_start_len=start)
+            head = orjson.dumps(request)
             raw = await self.timed_post(endpoint, b'{"input_ids":[' + ids + b"]," + head[1:])
             if raw is None:
                 return

@@ -75,8 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="spread the session starts over this many ms, so that requests do not "
                         "arrive in synchronized bursts (default: --latency-ms)")
     p.add_argument("--r3-bytes-per-token", type=int, default=0,
-                   help="routing-replay payload per token: accepted but NOT YET WIRED "
-                        "(routing replay lands in a later issue; the value is ignored)")
+                   help="routing replay: int32 routing bytes per token (a multiple of 4; the "
+                        "reference benchmark's default is 1000); the mock returns real base64 "
+                        "rows, the gateway runs with --routing-replay and the token "
+                        "baselines ask for the same rows; 0: off")
+    p.add_argument("--r3-mode", choices=["incremental", "full"], default="incremental",
+                   help="incremental: rows after the stored prefix (--pause-generation-mode "
+                        "in_place); full: every row every turn (retract)")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of each mode, interleaved (direct, pass-through, tito, direct, "
                         "...); the table shows the median of each figure")
@@ -188,13 +193,17 @@ def report(args: argparse.Namespace, wl: Any, res: dict[str, dict[str, Any]]) ->
         row("engine CPU per turn (ms)", "engine_cpu_ms_per_turn", 3, ratios=False),
         row("load generator CPU per turn (ms)", "loadgen_cpu_ms_per_turn", 3, ratios=False),
         row("server peak RSS (MiB)", "server_peak_rss_mb", 1),
+        row("stored bytes per token", "stored_bytes_per_token", 1, ratios=False),
+        row("  of which routing rows", "stored_routing_bytes_per_token", 1, ratios=False),
         row("prompt growth per turn (tokens)", "prompt_growth_per_turn", 1, ratios=False),
         row("output tokens per turn", "output_tokens_per_turn", 1, ratios=False),
         row("other load on the machine (cores)", "other_load_cores", 2, ratios=False),
     ]
     title = (f"gateway overhead: S={wl.sessions} T={wl.turns} I={wl.content_tokens} "
              f"O={wl.output_tokens} append={wl.append_role} "
-             f"engine latency={args.latency_ms:g} ms (+{args.token_latency_ms:g} ms/token)"
+             + (f"routing={args.r3_bytes_per_token} B/token {args.r3_mode} "
+                if args.r3_bytes_per_token else "")
+             + f"engine latency={args.latency_ms:g} ms (+{args.token_latency_ms:g} ms/token)"
              + (f" stagger={wl.stagger_s * 1000:g} ms" if wl.stagger_s else ""))
     caption = (f"median of {args.repeat} interleaved run(s) per mode. ratios: tito / baseline. "
                "server = the proxy or the gateway process; CPU from schedstat over the timed "
@@ -230,10 +239,16 @@ def check_args(args: argparse.Namespace) -> list[str]:
         raise SystemExit(f"unknown modes: {sorted(unknown)}")
     if not args.tokenizer.is_dir():
         raise SystemExit(f"tokenizer folder not found: {args.tokenizer}")
-    if args.r3_bytes_per_token:
-        print(f"note: --r3-bytes-per-token {args.r3_bytes_per_token} is not wired yet "
-              "(routing replay comes in a later issue); running without it", file=sys.stderr)
+    if args.r3_bytes_per_token % 4 or args.r3_bytes_per_token < 0:
+        raise SystemExit("--r3-bytes-per-token must be a non-negative multiple of 4")
     return modes
+
+
+def routing_shape(bytes_per_token: int) -> tuple[int, int]:
+    """(layers, top_k) with layers * top_k * 4 == bytes_per_token (top_k 8, 4, 2 or 1)."""
+    values = bytes_per_token // 4
+    top_k = next(k for k in (8, 4, 2, 1) if values % k == 0)
+    return values // top_k, top_k
 
 
 def make_workload(args: argparse.Namespace) -> Any:
@@ -241,6 +256,7 @@ def make_workload(args: argparse.Namespace) -> Any:
                         input_tokens=args.input_tokens, output_tokens=args.output_tokens,
                         append_role=args.append_role)
     wl.stagger_s = (args.latency_ms if args.stagger_ms is None else args.stagger_ms) / 1000
+    wl.routing = args.r3_mode if args.r3_bytes_per_token else None
     for note in wl.notes:
         print(f"note: {note}", file=sys.stderr)
     return wl
@@ -270,12 +286,21 @@ class Servers:
 
 def start_servers(args: argparse.Namespace, modes: list[str], procs: list[Proc]) -> Servers:
     """Start what ``modes`` need; every started process is added to ``procs`` at once."""
+    mock_extra: tuple[str, ...] = ()
+    gateway_extra = list(args.gateway_arg)
+    if args.r3_bytes_per_token:
+        layers, top_k = routing_shape(args.r3_bytes_per_token)
+        mock_extra = ("--enable-return-routed-experts", "--num-layers", str(layers),
+                      "--topk", str(top_k), "--num-experts", "64")
+        gateway_extra += ["--routing-replay", "--routing-layers", str(layers),
+                          "--pause-generation-mode",
+                          "in_place" if args.r3_mode == "incremental" else "retract"]
     mock = start_mock(args.tokenizer, latency_ms=args.latency_ms,
-                      token_latency_ms=args.token_latency_ms)
+                      token_latency_ms=args.token_latency_ms, extra=mock_extra)
     procs.append(mock)
     servers = Servers(mock)
     if "gateway" in modes or not args.no_check:
-        servers.gateway = start_gateway(args.tokenizer, mock.url, *args.gateway_arg)
+        servers.gateway = start_gateway(args.tokenizer, mock.url, *gateway_extra)
         procs.append(servers.gateway)
     if "passthrough" in modes:
         servers.proxy = start_passthrough(mock.url)
@@ -299,14 +324,34 @@ def run_modes(args: argparse.Namespace, modes: list[str], wl: Any,
     for _ in range(max(1, args.repeat)):
         for mode in (m for m in MODES if m in modes):
             url, watch = servers.target(mode)
+            wl.keep_sessions = mode == "gateway"  # read their stored size, then delete
             phase = run_phase(mode, url, wl, watch)
             runs[mode].append(summarize(mode, phase, wl.sessions * wl.turns))
+            if mode == "gateway":
+                runs[mode][-1].update(stored_sizes(url, phase.load.session_ids))
     if spy is not None:
         spy.stop()
     results = {mode: combine(r) for mode, r in runs.items()}
     if servers.gateway is not None:
         results.setdefault("gateway", {})["rss_after_mb"] = rss_bytes(servers.gateway.pid) / 2**20
     return results
+
+
+def stored_sizes(url: str, session_ids: list[str]) -> dict[str, float]:
+    """Bytes the gateway stores per token for the sessions of a run (from ``/metrics``:
+    token ids, logprobs and routing rows of the live sessions), then delete them."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("tito_stored_")}
+    for sid in session_ids:
+        http_json("DELETE", f"{url}/sessions/{sid}")
+    tokens = values.get("tito_stored_tokens", 0.0) or float("nan")
+    return {"stored_bytes_per_token": values.get("tito_stored_bytes", 0.0) / tokens,
+            "stored_routing_bytes_per_token":
+                values.get("tito_stored_routing_bytes", 0.0) / tokens}
 
 
 def print_profile(path: Path) -> None:

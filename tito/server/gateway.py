@@ -233,6 +233,21 @@ class Gateway:
         start = replay_start(plan) if self.config.incremental_routing else 0
         return ReplayRequest(routed_experts=True, start_len=start)
 
+    def stored_sizes(self) -> dict[str, float]:
+        """What the live sessions hold: token ids (of their active paths), and the bytes of
+        their records' ids, logprobs and routing rows (gauges of ``/metrics``)."""
+        tokens = stored = routing = 0
+        for session in self.store.values():
+            tokens += session.num_tokens
+            records = [n.record for n in session.nodes] if isinstance(session, TreeSession) \
+                else session.records
+            for rec in records:
+                stored += rec.bridge_ids.nbytes + rec.output_ids.nbytes + rec.logprobs.nbytes
+                if rec.routed_experts is not None:
+                    routing += rec.routed_experts.nbytes
+        return {"stored_tokens": tokens, "stored_bytes": stored + routing,
+                "stored_routing_bytes": routing}
+
     # -- engine control (forwarded) --------------------------------------------------------
     async def pause(self, mode: PauseMode | None = None) -> PauseMode:
         """Pause the engine (default: ``--pause-generation-mode``); turns that arrive
