@@ -361,7 +361,9 @@ def test_sample_violations(changes: dict[str, Any], problem: str | None) -> None
 
 def test_summarize_counts() -> None:
     bad = good_sample(metadata={"num_turns": 1, "tito_session_mismatch": [
-        {"type": "non_assistant_text", "detail": "d"}]}, reward=0.0)
+        {"type": "non_assistant_text", "detail": "d"}], "weight_version_spans": [
+        {"version": "v0", "start": 5, "end": 7}, {"version": "v1", "start": 7, "end": 9}]},
+        reward=0.0)
     result = RolloutResult(trajectories=[
         TrajectoryResult(0, 0, [good_sample()]),
         TrajectoryResult(1, 0, [bad]),
@@ -377,6 +379,7 @@ def test_summarize_counts() -> None:
     assert s.violations == ["prompt 1 sample 0: strict mismatch non_assistant_text: d"]
     assert s.mismatches_by_type["assistant_text"] == 1
     assert s.mean_reward == 0.5 and s.rewarded_samples == 2
+    assert s.mixed_version_samples == 1 and s.mixed_version_share == round(1 / 3, 4)
     assert s.generated_tokens_per_s == 3.0 and not s.ok
     assert s.errors == [{"prompt_index": 3, "sample_index": 0, "error": "RuntimeError: boom"}]
     json.dumps(s.to_dict())

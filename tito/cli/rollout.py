@@ -175,6 +175,9 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
     table.add_row("collect failures (aborted)", count(s.collect_failures, True))
     table.add_row("TITO invariant violations", count(s.tito_violations, True))
     table.add_row("strict mismatches", count(s.strict_mismatches, True))
+    if s.mixed_version_samples:
+        table.add_row("mixed weight versions", f"{s.mixed_version_samples} samples "
+                                               f"({s.mixed_version_share:.1%})")
     table.add_row("mean reward", "n/a" if s.mean_reward is None else f"{s.mean_reward:.3f}")
     table.add_row("wall time", f"{s.wall_time_s:.1f} s (+ {startup:.1f} s startup)")
     table.add_row("generated tokens/s", f"{s.generated_tokens_per_s:.1f}")

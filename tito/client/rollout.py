@@ -435,6 +435,9 @@ class RolloutSummary:
     strict_mismatches: int = 0
     mismatches_by_type: dict[str, int] = field(default_factory=dict)
     mismatch_check_errors: int = 0
+    mixed_version_samples: int = 0
+    """Samples whose generated ids came from more than one weight version."""
+    mixed_version_share: float = 0.0
     mean_reward: float | None = None
     rewarded_samples: int = 0
     wall_time_s: float = 0.0
@@ -453,6 +456,14 @@ class RolloutSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _mixed_versions(sample: Sample) -> bool:
+    """Whether the sample's generated ids came from more than one weight version."""
+    spans = sample.metadata.get("weight_version_spans")
+    if isinstance(spans, list) and spans:
+        return len({span.get("version") for span in spans if isinstance(span, dict)}) > 1
+    return len(set(sample.weight_versions)) > 1
 
 
 def _count_trajectory(s: RolloutSummary, traj: TrajectoryResult) -> None:
@@ -500,6 +511,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
             if isinstance(item, dict) and item.get("type") in by_type:
                 by_type[item["type"]] += 1
         s.strict_mismatches += len(strict_mismatches(sample))
+        s.mixed_version_samples += _mixed_versions(sample)
         problems = sample_violations(sample)
         s.tito_violations += len(problems)
         for problem in problems[: max(0, MAX_REPORTED - len(s.violations))]:
@@ -508,6 +520,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         if reward is not None and math.isfinite(reward):
             rewards.append(float(reward))
     s.statuses = dict(statuses)
+    s.mixed_version_share = round(s.mixed_version_samples / s.samples, 4) if s.samples else 0.0
     s.mismatches_by_type = dict(by_type)
     s.rewarded_samples = len(rewards)
     s.mean_reward = round(sum(rewards) / len(rewards), 6) if rewards else None
