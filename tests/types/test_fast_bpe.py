@@ -1,0 +1,66 @@
+"""The fast encoder is used only where it gives the original tokenizer's ids: random texts
+(scripts, whitespace, contractions, emoji, added tokens) on every eligible fixture, and a
+tampered vocabulary that the equivalence check must refuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tokenizers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import tokenizer_dir
+
+from tito.types.fast_bpe import fast_encoder
+from tito.types.tokenizer import load_tokenizer
+
+ELIGIBLE = ["qwen3", "llama-3.1", "gpt-oss"]
+_CACHE: dict[str, tuple[tokenizers.Tokenizer, object]] = {}
+
+
+def pair(name: str) -> tuple[tokenizers.Tokenizer, object]:
+    if name not in _CACHE:
+        backend = tokenizers.Tokenizer.from_file(str(tokenizer_dir(name) / "tokenizer.json"))
+        _CACHE[name] = (backend, fast_encoder(backend))
+    return _CACHE[name]
+
+
+PIECES = st.sampled_from(["<|im_start|>", "<|im_end|>", "<|eot_id|>", "<|start|>",
+                          "<|end|>", "'S", "'ll", " \n", "\r\n", "\t", "  ", "\u00a0",
+                          "e\u0301", "😀", "中文", "123", "'re", "ﬁ"])
+TEXT = st.lists(st.one_of(st.text(max_size=20), PIECES), max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("name", ELIGIBLE)
+@settings(max_examples=300, deadline=None)
+@given(text=TEXT)
+def test_fast_ids_equal_the_original(name: str, text: str) -> None:
+    backend, fast = pair(name)
+    assert fast is not None
+    assert fast(text) == backend.encode(text, add_special_tokens=False).ids  # type: ignore[operator]
+
+
+def test_other_model_shapes_keep_the_original() -> None:
+    _, fast = pair("deepseek-v3.1")  # a Sequence of several Split pre-tokenizers
+    assert fast is None
+
+
+def test_a_vocabulary_that_differs_is_refused(tmp_path: Path) -> None:
+    config = json.loads((tokenizer_dir("qwen3") / "tokenizer.json").read_text())
+    config["model"]["merges"] = config["model"]["merges"][1:]  # one merge fewer
+    backend = tokenizers.Tokenizer.from_str(json.dumps(config))
+    assert fast_encoder(backend) is None
+
+
+def test_the_tokenizer_switches_once_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = load_tokenizer(tokenizer_dir("qwen3"))
+    thread = tok.start_fast_encoder()
+    assert thread is not None
+    thread.join()
+    assert tok.fast is not None
+    text = "<|im_start|>user\nhello there<|im_end|>\n"
+    assert tok.encode(text) == tok.backend.encode(text, add_special_tokens=False).ids
+    monkeypatch.setenv("TITO_FAST_BPE", "0")
+    assert load_tokenizer(tokenizer_dir("qwen3")).start_fast_encoder() is None

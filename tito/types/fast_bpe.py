@@ -1,0 +1,170 @@
+"""A faster encoder for byte-level BPE tokenizers whose pre-tokenizer is one regex.
+
+On the gateway's hot path, tokenizing a turn's appended messages is the largest single
+cost, and most of it is the ``tokenizers`` library's regex pre-tokenizer (Oniguruma):
+about 200 µs for 150 tokens of a Qwen3 tool result, where ``tiktoken`` (a Rust regex and
+the same byte-level BPE) takes about 30. :func:`fast_encoder` builds a ``tiktoken``
+encoding from a ``tokenizers`` byte-level BPE when the model has that shape (vocabulary
+ranks equal to ids and in merge order, a single ``Split`` regex or GPT-2's, NFC or no
+normalizer, added tokens matched verbatim) and checks it equivalent before it is used: it
+must give the same ids as the original on a fixed corpus (scripts, digits, whitespace
+runs, case-folded contractions, combining marks, emoji, every added token). Anything
+else — another model shape, ``tiktoken`` missing, one differing id — returns None and the
+original encoder is kept. Decoding is unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("tito.tokenizer")
+
+Encode = Callable[[str], list[int]]
+
+GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+_NORMALIZERS = (None, "NFC")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable-character alphabet for bytes, inverted."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+def _pattern(pre: dict[str, Any]) -> str | None:
+    """The pre-tokenizer's regex, when it is one Split (+ ByteLevel without regex) or a
+    ByteLevel with GPT-2's regex."""
+    if pre.get("type") == "ByteLevel":
+        return GPT2_PATTERN if pre.get("use_regex", True) and not pre.get(
+            "add_prefix_space") else None
+    if pre.get("type") != "Sequence":
+        return None
+    steps = pre.get("pretokenizers") or []
+    if len(steps) != 2:
+        return None
+    split, byte_level = steps
+    if split.get("type") != "Split" or split.get("behavior") != "Isolated" or \
+            split.get("invert") or byte_level.get("type") != "ByteLevel" or \
+            byte_level.get("use_regex") or byte_level.get("add_prefix_space"):
+        return None
+    regex = (split.get("pattern") or {}).get("Regex")
+    return regex if isinstance(regex, str) else None
+
+
+def _normalizer(norm: dict[str, Any] | None) -> str | bool | None:
+    """None (no normalizer), ``"NFC"``, or False: a normalizer we do not reproduce."""
+    if norm is None:
+        return None
+    if norm.get("type") == "NFC":
+        return "NFC"
+    if norm.get("type") == "Sequence" and [n.get("type") for n in norm.get(
+            "normalizers", [])] == ["NFC"]:
+        return "NFC"
+    return False
+
+
+def _state(component: Any) -> dict[str, Any] | None:
+    return None if component is None else orjson.loads(component.__getstate__())
+
+
+def _ranks(backend: Any) -> dict[bytes, int] | None:
+    """Byte sequence -> id of a byte-level BPE vocabulary (None: not one)."""
+    model = backend.model
+    if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix \
+            or model.end_of_word_suffix or model.byte_fallback:
+        return None
+    vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
+    decoder = _byte_decoder()
+    if not set("".join(vocab)) <= decoder.keys():  # a token outside the byte alphabet
+        return None
+    if not _merges_follow_ranks(backend, vocab):
+        return None
+    table = str.maketrans({c: chr(b) for c, b in decoder.items()})
+    return {token.translate(table).encode("latin-1"): idx for token, idx in vocab.items()}
+
+
+def _merges_follow_ranks(backend: Any, vocab: dict[str, int]) -> bool:
+    """Whether the id of the token merge ``i`` creates never decreases with ``i``: then
+    "merge the pair whose result has the lowest id" (tiktoken) and "apply the earliest
+    merge rule" (``tokenizers``) pick the same pair at every step (the corpus check covers
+    the rest)."""
+    merges = orjson.loads(backend.model.__getstate__()).get("merges") or []
+    last = -1
+    for merge in merges:
+        left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
+        idx = vocab.get(left + right)
+        if idx is None or idx < last:
+            return False
+        last = idx
+    return True
+
+
+def _corpus(added: list[str]) -> list[str]:
+    """Texts the fast encoder must agree on before it is trusted."""
+    rng = random.Random(0)
+    pieces = ["Hello", "world", "  ", "\n", "\n\n", "\r\n", "\t", " ", "   x", "123",
+              "4567890", "3.14", "'s", "'S", "'ll", "'LL", "'re", "'ve", "'m", "'d", "'t",
+              "can't", "中文", "你好，世界。", "日本語", "한국어", "Ünïcödé", "cafe\u0301",
+              "e\u0301", "Ω", "😀", "👍🏽", "🇫🇷", "def f(x):", "    return", "{\"a\": 1}",
+              "</tool_response>", "<tool_call>", "x**2", "\u00a0", "\u3000", "—", "...",
+              "ﬁ", "Ⅻ", "½", "\u200b", "A" * 30, "a" * 200, ".", "!!", "??", "$$"]
+    texts = [*pieces, *added]
+    for _ in range(400):
+        n = rng.randint(1, 12)
+        texts.append("".join(rng.choice(pieces + added) if rng.random() < 0.2
+                             else rng.choice(pieces) for _ in range(n)))
+    return texts
+
+
+def fast_encoder(backend: Any) -> Encode | None:
+    """A ``tiktoken`` encoder equivalent to ``backend`` (a ``tokenizers.Tokenizer``) on
+    every text of the check corpus; None when it cannot be built or is not equivalent."""
+    try:
+        import tiktoken
+    except ImportError:
+        return None
+    try:
+        pattern = _pattern(_state(backend.pre_tokenizer) or {})
+        normalizer = _normalizer(_state(backend.normalizer))
+    except Exception:  # a component without a serializable state: keep the original
+        return None
+    tokens = backend.get_added_tokens_decoder()
+    if pattern is None or normalizer is False or any(
+            t.normalized or t.lstrip or t.rstrip or t.single_word for t in tokens.values()):
+        return None
+    added = {t.content: idx for idx, t in tokens.items()}
+    ranks = _ranks(backend)
+    if ranks is None:
+        return None
+    try:
+        encoding = tiktoken.Encoding(f"tito-{id(backend)}", pat_str=pattern,
+                                     mergeable_ranks=ranks, special_tokens=added)
+    except Exception as exc:  # a vocabulary tiktoken does not accept
+        log.debug("no fast encoder: %s", exc)
+        return None
+    specials = frozenset(added)
+
+    def encode(text: str) -> list[int]:
+        if normalizer == "NFC":
+            text = unicodedata.normalize("NFC", text)
+        return encoding.encode(text, allowed_special=specials)
+
+    for text in _corpus(list(added)):
+        if encode(text) != backend.encode(text, add_special_tokens=False).ids:
+            log.debug("no fast encoder: differs on %r", text)
+            return None
+    return encode
