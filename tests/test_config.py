@@ -35,6 +35,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                    ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
     "routing_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
                                "routing_replay": True}, ["--routing-replay", "embedded"]),
+    "indexer_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
+                               "indexer_replay": True}, ["--indexer-replay", "embedded"]),
     "routing_layers_unused": ({"routing_layers": 4}, ["--routing-layers is only used with "
                                                       "--routing-replay"]),
     "routing_layers": ({"routing_replay": True, "routing_layers": 0,
@@ -45,8 +47,9 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "max_prompt_tokens": ({"max_prompt_tokens": 0}, ["--max-prompt-tokens must be"]),
     "max_json_depth": ({"max_json_depth": 2}, ["--max-json-depth must be in [4, 512]"]),
     "default_max_tokens": ({"default_max_tokens": 0}, ["--default-max-tokens must be"]),
-    "routing_replay_retract": ({"routing_replay": True},
-                               ["--routing-replay", "--pause-generation-mode retract",
+    "routing_replay_retract": ({"routing_replay": True, "indexer_replay": True},
+                               ["--routing-replay and --indexer-replay",
+                                "--pause-generation-mode retract",
                                 "grow with every turn", "in_place or abort"]),
 }
 

@@ -70,6 +70,9 @@ class ServerConfig:
     routing replay is incremental in every mode but ``retract``."""
     routing_replay: bool = False
     """Ask the engine for MoE routed experts (R3) and put them in the samples."""
+    indexer_replay: bool = False
+    """Ask the engine for sparse-attention indexer top-k (DeepSeek NSA-style) and put
+    ``rollout_indexer_topk`` in the samples."""
     routing_layers: int | None = None
     """Layers per routed-experts row (None: ``num_hidden_layers`` of the model's
     ``config.json`` in the tokenizer folder)."""
@@ -83,7 +86,12 @@ class ServerConfig:
     def incremental_routing(self) -> bool:
         """Routing rows are requested only after the stored prefix (every pause mode but
         ``retract``, which may recompute the prefix's rows)."""
-        return self.routing_replay and self.pause_generation_mode != "retract"
+        return self.replay and self.pause_generation_mode != "retract"
+
+    @property
+    def replay(self) -> bool:
+        """Routing or indexer replay is on."""
+        return self.routing_replay or self.indexer_replay
 
     def validate(self) -> list[str]:
         """Apply :data:`RULES`: raise :class:`ConfigError` on the first error, log and
@@ -99,6 +107,11 @@ class Rule:
     broken: Callable[[ServerConfig], bool]
     message: Callable[[ServerConfig], str]
     level: Literal["error", "warning"] = "error"
+
+
+def _replay_flags(c: ServerConfig) -> str:
+    return " and ".join(f for f, on in (("--routing-replay", c.routing_replay),
+                                        ("--indexer-replay", c.indexer_replay)) if on)
 
 
 def _v2_only(c: ServerConfig) -> str | None:
@@ -148,6 +161,10 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--routing-replay needs an MoE engine that reports routed experts "
                    "(--engine sglang, or the mock with --enable-return-routed-experts); the "
                    "embedded model is dense"),
+    Rule("indexer_replay_engine", lambda c: c.indexer_replay and c.engine == "embedded",
+         lambda c: "--indexer-replay needs an engine that reports indexer top-k (--engine "
+                   "sglang, or the mock with --enable-return-indexer-topk); the embedded "
+                   "model has no sparse-attention indexer"),
     Rule("routing_layers_unused", lambda c: c.routing_layers is not None
          and not c.routing_replay,
          lambda c: "--routing-layers is only used with --routing-replay; add it or drop "
@@ -166,10 +183,10 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--max-json-depth must be in [4, 512]"),
     Rule("default_max_tokens", lambda c: c.default_max_tokens < 1,
          lambda c: "--default-max-tokens must be at least 1"),
-    Rule("routing_replay_retract", lambda c: c.routing_replay
+    Rule("routing_replay_retract", lambda c: c.replay
          and c.pause_generation_mode == "retract",
-         lambda c: "--routing-replay with --pause-generation-mode retract requests the "
-                   "routing of the whole prompt every turn (retract may recompute earlier "
+         lambda c: f"{_replay_flags(c)} with --pause-generation-mode retract requests the "
+                   "rows of the whole prompt every turn (retract may recompute earlier "
                    "rows): payloads and stored bytes grow with every turn; use "
                    "--pause-generation-mode in_place or abort for incremental rows",
          level="warning"),

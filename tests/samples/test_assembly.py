@@ -391,7 +391,8 @@ def test_incremental_r3_short_last_patch_is_unprocessable() -> None:
     records, _ = incremental_chain()
     records[2].routed_experts = records[2].routed_experts[:1]
     with pytest.raises(
-        AssemblyError, match=r"additional R3 covers 9 rows but the merged sample needs 11"
+        AssemblyError,
+        match=r"incremental routing replay covers 9 rows but the merged sample needs 11",
     ):
         assemble(records, decode=decode)
 

@@ -75,7 +75,7 @@ def test_golden_round_trip_and_container_layout() -> None:
     meta = orjson.loads(raw["_samples_meta"].tobytes())
     assert meta["format_version"] == 1
     assert meta["empty_reason"] is None
-    assert meta["samples"][0]["nulls"] == []
+    assert meta["samples"][0]["nulls"] == ["rollout_indexer_topk"]
     decoded = decode_samples(data)
     assert decoded.session_metadata == {"tito_session_mismatch": []}
     assert decoded.empty_reason is None
@@ -138,6 +138,7 @@ def test_none_tensors_stay_none() -> None:
         "loss_mask",
         "rollout_log_probs",
         "rollout_routed_experts",
+        "rollout_indexer_topk",
     ]
     [back] = decode_samples(data).samples
     assert back.loss_mask is None and back.rollout_log_probs is None
@@ -396,7 +397,7 @@ def test_rejects_orphan_tensors() -> None:
     rejects(pack(tensors, meta), "payload carries unreferenced tensors: ['extra.0', 'tokens.7']")
     # A tensor that is present but also marked null is unreferenced too.
     tensors, meta = good_parts()
-    meta["samples"][0]["nulls"] = ["rollout_routed_experts"]
+    meta["samples"][0]["nulls"] = ["rollout_routed_experts", "rollout_indexer_topk"]
     rejects(
         pack(tensors, meta), "payload carries unreferenced tensors: ['rollout_routed_experts.0']"
     )
@@ -455,3 +456,11 @@ def test_null_response_round_trips() -> None:
     decoded = decode_samples(encode_samples([sample], session_metadata={}, empty_reason=None))
     assert decoded.samples[0].response is None
     assert decoded.samples[0].tokens.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_indexer_topk_round_trips() -> None:
+    rows = np.arange(2 * 2 * 3, dtype=np.int32).reshape(2, 2, 3)
+    [back] = roundtrip([plain_sample(rollout_indexer_topk=rows)]).samples
+    assert back.rollout_indexer_topk is not None
+    assert back.rollout_indexer_topk.dtype == np.int32
+    assert np.array_equal(back.rollout_indexer_topk, rows)

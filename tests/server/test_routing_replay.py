@@ -1,9 +1,9 @@
-"""MoE routing replay (R3) end to end: the real `tito mock-engine` serving routed experts
-over its SGLang wire, the gateway (in-process, its SGLang client) asking for them in
-full (`retract`) or incremental (`in_place`, `abort`) mode, v1 retries and v2 branches,
-truncation, and a one-shot "prefill oracle": the mock's routing is a function of
-(token, position, layer) only, so every assembled row can be recomputed from the
-sample's tokens."""
+"""MoE routing replay (R3) and indexer top-k replay end to end: the real `tito
+mock-engine` serving routed experts and indexer rows over its SGLang wire, the gateway
+(in-process, its SGLang client) asking for them in full (`retract`) or incremental
+(`in_place`, `abort`) mode, v1 retries and v2 branches, truncation, and a one-shot
+"prefill oracle": the mock's rows are a function of (token, position, layer) only, so
+every assembled row can be recomputed from the sample's tokens."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from inproc import asgi_client, new_session
 from support import Proc, start_mock
 
 from tito.config import ServerConfig
-from tito.engines.mock.replies import routing_rows
+from tito.engines.mock.replies import indexer_rows, routing_rows
 from tito.engines.sglang import SGLangEngine
 from tito.render.base import TemplateRenderer
 from tito.samples import decode_samples
@@ -26,13 +26,16 @@ from tito.samples.sample import Sample
 from tito.server.gateway import Gateway
 
 LAYERS, TOPK, EXPERTS = 3, 2, 8
+INDEXER_LAYERS, INDEXER_TOPK = 2, 3
 
 
 @pytest.fixture(scope="module")
 def routing_mock(qwen3_dir: Path) -> Iterator[Proc]:
     engine = start_mock(qwen3_dir, "qwen3", "--enable-return-routed-experts",
                         "--num-layers", str(LAYERS), "--topk", str(TOPK),
-                        "--num-experts", str(EXPERTS))
+                        "--num-experts", str(EXPERTS), "--enable-return-indexer-topk",
+                        "--indexer-layers", str(INDEXER_LAYERS), "--indexer-topk",
+                        str(INDEXER_TOPK))
     try:
         yield engine
     finally:
@@ -45,6 +48,7 @@ async def make(routing_mock: Proc, qwen3_dir: Path, qwen3_renderer: TemplateRend
     gateways: list[Gateway] = []
 
     def build(**config: Any) -> Gateway:
+        config.setdefault("indexer_replay", True)
         cfg = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
                            engine_url=routing_mock.url, routing_replay=True,
                            routing_layers=LAYERS, **config)
@@ -71,6 +75,12 @@ async def mock_log(routing_mock: Proc) -> AsyncIterator[Any]:
 
 
 def oracle(sample: Sample) -> np.ndarray:
+    """The one-shot prefill's routing of the sample's tokens; its indexer rows are checked
+    on the way."""
+    assert sample.rollout_indexer_topk is not None
+    indexer = indexer_rows(sample.tokens.tolist(), 0, layers=INDEXER_LAYERS,
+                           topk=INDEXER_TOPK)
+    assert np.array_equal(sample.rollout_indexer_topk, indexer)
     return routing_rows(sample.tokens.tolist(), 0, layers=LAYERS, topk=TOPK, experts=EXPERTS)
 
 
@@ -131,6 +141,9 @@ async def test_incremental_stores_each_row_once(make: Any) -> None:
         stored = sum(r.routed_experts.shape[0] for r in session.records  # type: ignore[union-attr]
                      if r.routed_experts is not None)
         assert stored == session.num_tokens - 1  # rows grow with tokens, not turns squared
+        indexed = sum(r.indexer_topk.shape[0] for r in session.records  # type: ignore[union-attr]
+                      if r.indexer_topk is not None)
+        assert indexed == stored
 
 
 async def test_truncation_trims_rows_in_lockstep(make: Any) -> None:
@@ -170,7 +183,8 @@ async def test_missing_payload_is_422_naming_the_turn(qwen3_dir: Path,
     turns are served, the collection says what is missing."""
     engine_proc, _ = qwen3_stack
     cfg = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
-                       engine_url=engine_proc.url, routing_replay=True, routing_layers=LAYERS)
+                       engine_url=engine_proc.url, routing_replay=True, routing_layers=LAYERS,
+                       indexer_replay=True)
     gateway = Gateway(cfg, qwen3_renderer, SGLangEngine(engine_proc.url))
     async with asgi_client(gateway) as http:
         sid = await new_session(http)
@@ -196,3 +210,14 @@ async def test_journal_keeps_the_rows(make: Any, tmp_path: Path) -> None:
         after = (await http.post(f"/sessions/{sid}/samples")).content
     [a], [b] = decode_samples(before).samples, decode_samples(after).samples
     assert np.array_equal(a.rollout_routed_experts, b.rollout_routed_experts)  # type: ignore[arg-type]
+    assert np.array_equal(a.rollout_indexer_topk, b.rollout_indexer_topk)  # type: ignore[arg-type]
+
+
+async def test_routing_without_indexer(make: Any) -> None:
+    """Indexer replay off: no indexer rows are asked for or kept."""
+    async with asgi_client(make(pause_generation_mode="in_place",
+                                indexer_replay=False)) as http:
+        sid = await new_session(http)
+        await chat(http, sid, [user("hi\nSAY hello")])
+        [sample] = decode_samples((await http.post(f"/sessions/{sid}/samples")).content).samples
+    assert sample.rollout_indexer_topk is None and sample.rollout_routed_experts is not None

@@ -49,6 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fake experts per token per layer in routed-experts rows")
     parser.add_argument("--num-experts", type=int, default=16,
                         help="fake number of experts (routed expert ids are in [0, N))")
+    parser.add_argument("--enable-return-indexer-topk", action="store_true",
+                        help="serve fake sparse-attention indexer replay "
+                             "(meta_info.indexer_topk, indexer_topk_num_layers) to requests "
+                             "with return_indexer_topk, rows from routed_experts_start_len")
+    parser.add_argument("--indexer-layers", type=int, default=2,
+                        help="fake indexer layers per indexer row")
+    parser.add_argument("--indexer-topk", type=int, default=4,
+                        help="fake indexer top-k per layer (positions in [0, row))")
     parser.add_argument("--request-log-size", type=int, default=1000,
                         help="requests kept in the GET /mock/requests log (oldest dropped; "
                              "0: unbounded)")
@@ -71,6 +79,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         weight_version=args.weight_version, served_model_name=args.served_model_name,
         enable_return_routed_experts=args.enable_return_routed_experts,
         num_layers=args.num_layers, topk=args.topk, num_experts=args.num_experts,
+        enable_return_indexer_topk=args.enable_return_indexer_topk,
+        indexer_layers=args.indexer_layers, indexer_topk=args.indexer_topk,
         request_log_size=args.request_log_size, keepalive_timeout=args.keepalive_timeout,
         faults=tuple(args.fault),
     )

@@ -101,6 +101,10 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing-replay", action="store_true",
                    help="MoE routing replay (R3): ask the engine for routed experts and put "
                         "rollout_routed_experts in the samples")
+    p.add_argument("--indexer-replay", action="store_true",
+                   help="sparse-attention indexer replay: ask the engine for indexer top-k "
+                        "(SGLang return_indexer_topk) and put rollout_indexer_topk in the "
+                        "samples")
     p.add_argument("--routing-layers", type=int, default=None, metavar="N",
                    help="layers per routed-experts row (default: num_hidden_layers of the "
                         "model's config.json in the --tokenizer folder)")
@@ -117,6 +121,7 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "sample_postprocessor": args.sample_postprocessor,
             "pause_generation_mode": args.pause_generation_mode,
             "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
+            "indexer_replay": args.indexer_replay,
             "lora_name": args.lora_name, "partial_rollout": args.partial_rollout}
 
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tito.samples.routing import has_routed_experts, merge_routed_experts
+from tito.samples.routing import INDEXER, has_routed_experts, merge_routed_experts
 from tito.samples.sample import (
     LOGPROBS_DTYPE,
     LOSS_MASK_DTYPE,
@@ -87,13 +87,15 @@ def assemble(
     metadata: dict[str, Any] | None = None,
     include_response: bool = True,
     routing: bool = False,
+    indexer: bool = False,
 ) -> AssemblyResult:
     """Assemble a linear trajectory into (at most) one :class:`Sample`.
 
     ``decode`` turns ids (a list of ints) into text; it decodes the response region once
     (``include_response=False``: not at all, and ``Sample.response`` is None).
-    ``routing``: routing replay is on, so the sample must carry routed experts for every
-    position (a record without its payload is an :class:`AssemblyError`).
+    ``routing`` / ``indexer``: routing (indexer) replay is on, so the sample must carry
+    routed experts (indexer top-k) for every position (a record without its payload is an
+    :class:`AssemblyError`).
     ``metadata`` (the caller's, e.g. the agent's) is deep-copied into the sample; the
     sample's ``lifecycle`` key (one ``{turn, t0, t1, req_ts}`` entry per kept turn)
     overrides a caller key of that name.
@@ -109,7 +111,7 @@ def assemble(
         return AssemblyResult([], "all_truncated")
     turns = _merge_span(turns)
     sample = _build(turns, decode=decode if include_response else None,
-                    metadata=metadata or {}, routing=routing)
+                    metadata=metadata or {}, routing=routing, indexer=indexer)
     _verify(sample, turns, max_seq_len)
     return AssemblyResult([sample], None, _spans(turns))
 
@@ -202,7 +204,7 @@ def _merge_span(turns: list[_Turn]) -> list[_Turn]:
 
 
 def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any],
-           routing: bool = False) -> Sample:
+           routing: bool = False, indexer: bool = False) -> Sample:
     """Concatenate the kept turns (per-turn numpy pieces, never per-token Python work)."""
     prompt, first = turns[0].bridge, turns[0]
     token_parts = [prompt, first.output]
@@ -231,6 +233,8 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
         rollout_log_probs=np.concatenate(logprob_parts).astype(LOGPROBS_DTYPE, copy=False),
         rollout_routed_experts=merge_routed_experts([t.record for t in turns], kept_lens,
                                                     required=routing),
+        rollout_indexer_topk=merge_routed_experts([t.record for t in turns], kept_lens,
+                                                  required=indexer, kind=INDEXER),
         response=None if decode is None else decode(tokens[len(prompt) :].tolist()),
         status=turns[-1].status,
         weight_versions=[t.record.weight_version for t in turns],

@@ -3,7 +3,8 @@
 One safetensors container:
 
 * per-sample tensors ``<field>.<index>`` with fixed dtypes: ``tokens`` int64,
-  ``loss_mask`` uint8, ``rollout_log_probs`` float32, ``rollout_routed_experts`` int32;
+  ``loss_mask`` uint8, ``rollout_log_probs`` float32, ``rollout_routed_experts`` and
+  ``rollout_indexer_topk`` int32;
 * ``_samples_meta``: a rank-1 uint8 tensor holding compact UTF-8 JSON::
 
     {"format_version": 1,
@@ -57,6 +58,7 @@ TENSOR_FIELDS: tuple[_TensorField, ...] = (
     _TensorField("loss_mask", LOSS_MASK_DTYPE, strict=False, nullable=True),
     _TensorField("rollout_log_probs", LOGPROBS_DTYPE, strict=False, nullable=True),
     _TensorField("rollout_routed_experts", ROUTED_EXPERTS_DTYPE, strict=True, nullable=True),
+    _TensorField("rollout_indexer_topk", ROUTED_EXPERTS_DTYPE, strict=True, nullable=True),
 )
 _TENSOR_NAMES = frozenset(f.name for f in TENSOR_FIELDS)
 _JSON_KEYS = ("response", "response_length", "status", "weight_versions", "metadata", "reward")
@@ -253,6 +255,7 @@ def _decode_sample(
         loss_mask=arrays.get("loss_mask"),
         rollout_log_probs=arrays.get("rollout_log_probs"),
         rollout_routed_experts=arrays.get("rollout_routed_experts"),
+        rollout_indexer_topk=arrays.get("rollout_indexer_topk"),
         response=entry["response"],
         status=entry["status"],
         weight_versions=entry["weight_versions"],

@@ -29,14 +29,35 @@ from tito.samples.sample import ROUTED_EXPERTS_DTYPE
 from tito.types.errors import AssemblyError
 from tito.types.records import TurnRecord
 
+ROUTED = ("routed_experts", "routed_experts_start_len", "routing",
+          "--enable-return-routed-experts")
+INDEXER = ("indexer_topk", "indexer_topk_start_len", "indexer",
+           "indexer top-k replay")
+"""(record field, its start field, name in messages, what the engine needs)."""
+
 
 def has_routed_experts(record: TurnRecord) -> bool:
-    """Whether ``record`` carries an R3 payload."""
-    return record.routed_experts is not None
+    """Whether ``record`` carries a replay payload (routed experts or indexer top-k)."""
+    return record.routed_experts is not None or record.indexer_topk is not None
+
+
+class _Rows:
+    """One replay field of the records (``ROUTED`` or ``INDEXER``)."""
+
+    def __init__(self, kind: tuple[str, str, str, str]) -> None:
+        self.field, self.start_field, self.name, self.needs = kind
+
+    def of(self, record: TurnRecord) -> np.ndarray | None:
+        value: np.ndarray | None = getattr(record, self.field)
+        return value
+
+    def start(self, record: TurnRecord) -> int:
+        return int(getattr(record, self.start_field))
 
 
 def merge_routed_experts(
-    records: Sequence[TurnRecord], kept_lens: Sequence[int], *, required: bool = False
+    records: Sequence[TurnRecord], kept_lens: Sequence[int], *, required: bool = False,
+    kind: tuple[str, str, str, str] = ROUTED,
 ) -> np.ndarray | None:
     """R3 of the merged sample built from ``records`` (the kept turns, in order).
 
@@ -46,76 +67,78 @@ def merge_routed_experts(
     :class:`AssemblyError` on malformed, missing or misaligned payloads, naming the turn and
     the rows.
     """
+    rows_of = _Rows(kind)
     if not records:
         return None
-    if not any(has_routed_experts(r) for r in records):
+    if not any(rows_of.of(r) is not None for r in records):
         if not required:
             return None
         last = records[-1]
         raise AssemblyError(
-            f"routing replay: record {len(records) - 1} (turn {last.turn}) has no "
-            f"routed_experts payload; the sample needs rows 0..{max(kept_lens[-1] - 1, 0)} "
-            "(does the engine run with --enable-return-routed-experts?)")
+            f"{rows_of.name} replay: record {len(records) - 1} (turn {last.turn}) has no "
+            f"{rows_of.field} payload; the sample needs rows 0..{max(kept_lens[-1] - 1, 0)} "
+            f"(does the engine run with {rows_of.needs}?)")
     need = max(kept_lens[-1] - 1, 0)
-    _check_shapes(records)
-    incremental = any(has_routed_experts(r) and r.routed_experts_start_len > 0 for r in records)
+    _check_shapes(records, rows_of)
+    incremental = any(rows_of.of(r) is not None and rows_of.start(r) > 0 for r in records)
     if incremental:
-        return _concatenate_patches(records, kept_lens, need)
+        return _concatenate_patches(records, kept_lens, need, rows_of)
     last = records[-1]
-    if last.routed_experts is None:
+    payload = rows_of.of(last)
+    if payload is None:
         raise AssemblyError(
-            f"routed experts: last kept record (turn {last.turn}) has no payload "
+            f"{rows_of.name}: last kept record (turn {last.turn}) has no payload "
             "while earlier records do"
         )
-    rows = last.routed_experts.shape[0]
+    rows = payload.shape[0]
     if rows < need:
         raise AssemblyError(
-            f"routed experts: last kept record (turn {last.turn}) covers {rows} rows but "
+            f"{rows_of.name}: last kept record (turn {last.turn}) covers {rows} rows but "
             f"the merged sample needs {need} (len(tokens) - 1)"
         )
-    return np.ascontiguousarray(last.routed_experts[:need])
+    return np.ascontiguousarray(payload[:need])
 
 
-def _check_shapes(records: Sequence[TurnRecord]) -> None:
+def _check_shapes(records: Sequence[TurnRecord], rows_of: _Rows) -> None:
     """Every payload is int32 ``(rows, layers, top_k)`` with one shared ``(layers, top_k)``."""
     inner: tuple[int, ...] | None = None
     first = -1
     for i, rec in enumerate(records):
-        r3 = rec.routed_experts
+        r3 = rows_of.of(rec)
         if r3 is None:
             continue
         if not isinstance(r3, np.ndarray) or r3.ndim != 3 or r3.dtype != ROUTED_EXPERTS_DTYPE:
             got = f"{r3.dtype} {r3.shape}" if isinstance(r3, np.ndarray) else type(r3).__name__
             raise AssemblyError(
-                f"routed experts of record {i} (turn {rec.turn}) must be an int32 "
+                f"{rows_of.name} of record {i} (turn {rec.turn}) must be an int32 "
                 f"(rows, layers, top_k) array, got {got}"
             )
         if inner is None:
             inner, first = r3.shape[1:], i
         elif r3.shape[1:] != inner:
             raise AssemblyError(
-                f"routed experts of record {i} (turn {rec.turn}) have (layers, top_k) "
+                f"{rows_of.name} of record {i} (turn {rec.turn}) have (layers, top_k) "
                 f"{r3.shape[1:]} but record {first} has {inner}"
             )
 
 
 def _concatenate_patches(
-    records: Sequence[TurnRecord], kept_lens: Sequence[int], need: int
+    records: Sequence[TurnRecord], kept_lens: Sequence[int], need: int, rows_of: _Rows
 ) -> np.ndarray:
     patches: list[np.ndarray] = []
     covered = 0
     for i, (rec, kept) in enumerate(zip(records, kept_lens, strict=True)):
-        r3 = rec.routed_experts
+        r3 = rows_of.of(rec)
         if r3 is None:
             raise AssemblyError(
-                f"incremental routing replay: record {i} (turn {rec.turn}) has no "
-                f"routed_experts payload; rows {covered}..{kept - 1} are missing"
+                f"incremental {rows_of.name} replay: record {i} (turn {rec.turn}) has no "
+                f"{rows_of.field} payload; rows {covered}..{kept - 1} are missing"
             )
-        start = rec.routed_experts_start_len
+        start = rows_of.start(rec)
         if start != covered:
             what = "a gap" if start > covered else "an overlap"
             raise AssemblyError(
-                f"incremental routing replay: record {i} (turn {rec.turn}) starts at row "
+                f"incremental {rows_of.name} replay: record {i} (turn {rec.turn}) starts at row "
                 f"{start}; rows so far end at {covered} ({what} of {abs(start - covered)} "
                 "rows)"
             )
@@ -124,7 +147,7 @@ def _concatenate_patches(
         covered = end
     if covered < need:
         raise AssemblyError(
-            f"additional R3 covers {covered} rows but the merged sample needs {need} "
-            "(len(tokens) - 1)"
+            f"incremental {rows_of.name} replay covers {covered} rows but the merged sample "
+            f"needs {need} (len(tokens) - 1)"
         )
     return np.ascontiguousarray(np.concatenate(patches)[:need])

@@ -26,6 +26,8 @@ TOKENS_DTYPE = np.dtype(np.int64)
 LOSS_MASK_DTYPE = np.dtype(np.uint8)
 LOGPROBS_DTYPE = np.dtype(np.float32)
 ROUTED_EXPERTS_DTYPE = np.dtype(np.int32)
+REPLAY_FIELDS = ("rollout_routed_experts", "rollout_indexer_topk")
+"""Per-position replay tensors: one int32 row per position fed to the model."""
 
 _FINISH_TO_STATUS: dict[str, SampleStatus] = {
     "stop": "completed",
@@ -52,6 +54,9 @@ class Sample:
     rollout_log_probs: np.ndarray | None
     """float32, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
     rollout_routed_experts: np.ndarray | None = None
+    rollout_indexer_topk: np.ndarray | None = None
+    """int32 ``(len(tokens) - 1, indexer_layers, top_k)`` sparse-attention indexer top-k,
+    or None without indexer replay."""
     """int32 ``(len(tokens) - 1, layers, top_k)`` expert ids, or None without R3."""
     response: str | None = ""
     """The response region decoded as text (None when the collector asked to leave it out)."""
@@ -129,15 +134,17 @@ def _training_fields_problem(sample: Sample) -> str | None:
 
 
 def _routed_experts_problem(sample: Sample) -> str | None:
-    """``rollout_routed_experts``, when present, is 3-D with ``len(tokens) - 1`` rows."""
-    r3 = sample.rollout_routed_experts
-    if r3 is None:
-        return None
-    if not isinstance(r3, np.ndarray) or r3.ndim != 3:
-        return f"rollout_routed_experts must be a 3-D array, got {_describe(r3)}"
-    rows = max(len(sample.tokens) - 1, 0)
-    if r3.shape[0] != rows:
-        return f"rollout_routed_experts has {r3.shape[0]} rows but len(tokens) - 1 is {rows}"
+    """``rollout_routed_experts`` and ``rollout_indexer_topk``, when present, are 3-D with
+    ``len(tokens) - 1`` rows."""
+    for name in REPLAY_FIELDS:
+        rows_of = getattr(sample, name)
+        if rows_of is None:
+            continue
+        if not isinstance(rows_of, np.ndarray) or rows_of.ndim != 3:
+            return f"{name} must be a 3-D array, got {_describe(rows_of)}"
+        rows = max(len(sample.tokens) - 1, 0)
+        if rows_of.shape[0] != rows:
+            return f"{name} has {rows_of.shape[0]} rows but len(tokens) - 1 is {rows}"
     return None
 
 
@@ -160,7 +167,7 @@ def _json_fields_problem(sample: Sample) -> str | None:
 
 def samples_identical(a: Sample, b: Sample) -> bool:
     """Bitwise equality: same dtypes, shapes and bytes (so ``0.0 != -0.0``), same JSON fields."""
-    for name in ("tokens", "loss_mask", "rollout_log_probs", "rollout_routed_experts"):
+    for name in ("tokens", "loss_mask", "rollout_log_probs", *REPLAY_FIELDS):
         x, y = getattr(a, name), getattr(b, name)
         if (x is None) != (y is None):
             return False

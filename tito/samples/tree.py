@@ -52,13 +52,14 @@ class LeafPath:
 def assemble_leaves(leaves: Sequence[LeafPath], *, decode: Decode,
                     max_seq_len: int | None,
                     metadata_of: Callable[[LeafPath], dict[str, Any]],
-                    include_response: bool = True, routing: bool = False) -> list[Sample]:
+                    include_response: bool = True, routing: bool = False,
+                    indexer: bool = False) -> list[Sample]:
     """One sample per leaf that survives truncation, in the leaves' order."""
     samples: list[Sample] = []
     for leaf in leaves:
         result = assemble(leaf.records, decode=decode, max_seq_len=max_seq_len,
                           metadata=metadata_of(leaf), include_response=include_response,
-                          routing=routing)
+                          routing=routing, indexer=indexer)
         if not result.samples:
             continue
         sample = result.samples[0]

@@ -35,6 +35,7 @@ from tito.session.store import SessionStore
 from tito.session.tree import MAX_NODES, Node, leaves_of, path_messages, path_of
 from tito.session.turns import TurnCommit, TurnPlan, replay_start
 from tito.types.engine import (
+    CheckedOutput,
     Engine,
     GenerateResult,
     PauseMode,
@@ -42,7 +43,7 @@ from tito.types.engine import (
     SamplingParams,
     check_output,
 )
-from tito.types.errors import BadRequest, ConfigError, Conflict, TitoError
+from tito.types.errors import BadRequest, ConfigError, Conflict, EngineError, TitoError
 from tito.types.hooks import load_function
 from tito.types.messages import Message, ParsedCompletion, TurnRequest
 from tito.types.records import TurnRecord, snapshot_ids
@@ -88,6 +89,7 @@ class Gateway:
         self.model_name = config.served_model_name or f"tito-{renderer.family}"
         self.started_at = time.time()
         self.vocab_size = renderer.tokenizer.vocab_size
+        renderer.tokenizer.start_fast_encoder()  # tokenizing appended messages: the hot path
         self._background: set[asyncio.Task[None]] = set()
         self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
         self._probed_at = -PROBE_EVERY_S
@@ -197,11 +199,7 @@ class Gateway:
                 self._abort_later(rid)
                 raise
             output = check_output(result, self.vocab_size)
-            routed = None if replay is None else decode_rows(
-                result.routed_experts,
-                rows=max(len(plan.prompt_ids) + len(output.ids) - 1 - replay.start_len, 0),
-                layers=self.routing_layers or 1, top_k=self.routing_top_k,
-                field="routed_experts")
+            routed, indexer = self._replay_rows(replay, result, plan, output)
             if heavy or len(output.ids) > PARSE_INLINE_MAX:
                 parsed = await self.offload(self.renderer.parse, result.output_ids,
                                             result.finish_reason)
@@ -213,7 +211,7 @@ class Gateway:
             else:
                 turn = session.prepare_commit(
                     plan, result, output, parsed.to_message(), routed=routed,
-                    routed_start=0 if replay is None else replay.start_len)
+                    routed_start=0 if replay is None else replay.start_len, indexer=indexer)
                 await self._store_turn(session, turn, plan)
                 record = turn.record
         except BaseException:
@@ -227,11 +225,32 @@ class Gateway:
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids), response_id)
 
     def _replay(self, plan: TurnPlan) -> ReplayRequest | None:
-        """What the engine must return for routing replay (None: replay is off)."""
-        if not self.config.routing_replay:
+        """What the engine must return for routing/indexer replay (None: replay is off)."""
+        if not self.config.replay:
             return None
         start = replay_start(plan) if self.config.incremental_routing else 0
-        return ReplayRequest(routed_experts=True, start_len=start)
+        return ReplayRequest(routed_experts=self.config.routing_replay,
+                             indexer_topk=self.config.indexer_replay, start_len=start)
+
+    def _replay_rows(self, replay: ReplayRequest | None, result: GenerateResult,
+                     plan: TurnPlan, output: CheckedOutput
+                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The turn's routing and indexer rows (int32 views of the engine's bytes)."""
+        if replay is None:
+            return None, None
+        rows = max(len(plan.prompt_ids) + len(output.ids) - 1 - replay.start_len, 0)
+        routed = None if not replay.routed_experts else decode_rows(
+            result.routed_experts, rows=rows, layers=self.routing_layers or 1,
+            top_k=self.routing_top_k, field="routed_experts")
+        indexer = None
+        if replay.indexer_topk and result.indexer_topk is not None:
+            layers = result.indexer_topk_num_layers
+            if layers is None or layers < 1:
+                raise EngineError("meta_info.indexer_topk came without a positive "
+                                  "indexer_topk_num_layers", code="engine_protocol_error")
+            indexer = decode_rows(result.indexer_topk, rows=rows, layers=layers, top_k=None,
+                                  field="indexer_topk")
+        return routed, indexer
 
     def stored_sizes(self) -> dict[str, float]:
         """What the live sessions hold: token ids (of their active paths), and the bytes of
@@ -243,8 +262,9 @@ class Gateway:
                 else session.records
             for rec in records:
                 stored += rec.bridge_ids.nbytes + rec.output_ids.nbytes + rec.logprobs.nbytes
-                if rec.routed_experts is not None:
-                    routing += rec.routed_experts.nbytes
+                for rows in (rec.routed_experts, rec.indexer_topk):
+                    if rows is not None:
+                        routing += rows.nbytes
         return {"stored_tokens": tokens, "stored_bytes": stored + routing,
                 "stored_routing_bytes": routing}
 
@@ -353,6 +373,7 @@ class Gateway:
             metadata={**(metadata or {}), **session_meta},
             include_response=include_response,
             routing=self.config.routing_replay,
+            indexer=self.config.indexer_replay,
         )
         self.metrics.inc("samples_total", len(result.samples))
         return encode_samples(result.samples, session_metadata=session_meta,
@@ -375,7 +396,7 @@ class Gateway:
         samples: list[Sample] = assemble_leaves(
             leaves, decode=self.renderer.tokenizer.decode, max_seq_len=limit,
             metadata_of=metadata_of, include_response=include_response,
-            routing=self.config.routing_replay)
+            routing=self.config.routing_replay, indexer=self.config.indexer_replay)
         self.metrics.inc("leaf_samples_total", len(samples))
         if samples:
             samples = run_hooks(samples, picker=self.picker, postprocessor=self.postprocessor,

@@ -42,9 +42,11 @@ log = logging.getLogger("tito.journal")
 FILE = "journal.bin"
 _HEAD = struct.Struct("<II")
 _ARRAYS = (("bridge_ids", IDS_DTYPE), ("output_ids", IDS_DTYPE), ("logprobs", LOGPROB_DTYPE))
+_ROWS = ("routed_experts", "indexer_topk")
 _RECORD_FIELDS = ("turn", "drop", "finish_reason", "prompt_len", "weight_version",
                   "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request",
-                  "routed_experts_start_len", "weight_spans", "finish_message")
+                  "routed_experts_start_len", "indexer_topk_start_len", "weight_spans",
+                  "finish_message")
 
 
 # -- frames ------------------------------------------------------------------------------
@@ -61,11 +63,11 @@ def turn_frame(session_id: str, turn: TurnCommit) -> bytes:
               "response_id": turn.response_id,
               "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
               "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS],
-              "routed_shape": None if rec.routed_experts is None
-              else list(rec.routed_experts.shape)}
+              **{f"{name}_shape": None if getattr(rec, name) is None
+                 else list(getattr(rec, name).shape) for name in _ROWS}}
     arrays = [np.asarray(getattr(rec, name), dtype) for name, dtype in _ARRAYS]
-    if rec.routed_experts is not None:
-        arrays.append(np.ascontiguousarray(rec.routed_experts, dtype="<i4"))
+    arrays += [np.ascontiguousarray(getattr(rec, name), dtype="<i4") for name in _ROWS
+               if getattr(rec, name) is not None]
     return frame(header, *arrays)
 
 
@@ -96,11 +98,14 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
         size = n * np.dtype(dtype).itemsize
         parts[name] = np.frombuffer(arrays[start : start + size], dtype=dtype).copy()
         start += size
-    shape = header.get("routed_shape")
-    if shape is not None:
-        size = int(np.prod(shape)) * 4
-        parts["routed_experts"] = np.frombuffer(arrays[start : start + size], dtype="<i4") \
-            .astype(np.int32).reshape(shape)
+    for name in _ROWS:  # replay rows, when the turn has them
+        shape = header.get(f"{name}_shape") or (header.get("routed_shape")
+                                                if name == "routed_experts" else None)
+        if shape is not None:
+            size = int(np.prod(shape)) * 4
+            parts[name] = np.frombuffer(arrays[start : start + size], dtype="<i4") \
+                .astype(np.int32).reshape(shape)
+            start += size
     record = TurnRecord(**header["record"], **parts)
     return TurnCommit(header["keep_records"], header["keep_messages"], header["appended"],
                       header["message"], header["tools"], record, header.get("parent"),

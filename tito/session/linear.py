@@ -137,10 +137,11 @@ class LinearSession:
 
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                        message: Message, *, routed: np.ndarray | None = None,
-                       routed_start: int = 0) -> TurnCommit:
+                       routed_start: int = 0, indexer: np.ndarray | None = None
+                       ) -> TurnCommit:
         """The committed turn, built without changing the session (it may fail)."""
         return build_commit(plan, result, output, message, routed=routed,
-                            routed_start=routed_start)
+                            routed_start=routed_start, indexer=indexer)
 
     def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
         """Apply a prepared turn. With its ``plan`` the snapshot is extended (its room is

@@ -253,9 +253,10 @@ class TreeSession:
 
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                        message: Message, *, routed: np.ndarray | None = None,
-                       routed_start: int = 0) -> TurnCommit:
+                       routed_start: int = 0, indexer: np.ndarray | None = None
+                       ) -> TurnCommit:
         return build_commit(plan, result, output, message, routed=routed,
-                            routed_start=routed_start)
+                            routed_start=routed_start, indexer=indexer)
 
     def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                message: Message) -> TurnRecord:

@@ -138,7 +138,7 @@ def replay_start(plan: TurnPlan) -> int:
 
 def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                  message: Message, *, routed: np.ndarray | None = None,
-                 routed_start: int = 0) -> TurnCommit:
+                 routed_start: int = 0, indexer: np.ndarray | None = None) -> TurnCommit:
     """The committed turn (record included), built without changing any session.
     ``routed``: the turn's routing rows from position ``routed_start`` on (replay)."""
     request_facts: dict[str, Any] = {
@@ -162,6 +162,8 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         commit_ts=time.time(),
         routed_experts=routed,
         routed_experts_start_len=routed_start if routed is not None else 0,
+        indexer_topk=indexer,
+        indexer_topk_start_len=routed_start if indexer is not None else 0,
         weight_spans=None if not result.weight_versions else [
             [s.version, s.start, s.end] for s in result.weight_versions],
         finish_message=result.finish_message if result.finish_reason == "abort" else None,

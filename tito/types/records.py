@@ -46,6 +46,10 @@ class TurnRecord:
     """int32 ``(rows, layers, top_k)`` expert ids, or None when routing replay is off."""
     routed_experts_start_len: int = 0
     """First position covered by ``routed_experts`` (0: the whole prompt + output)."""
+    indexer_topk: np.ndarray | None = None
+    """int32 ``(rows, indexer_layers, top_k)`` indexer top-k, from the same start position
+    as ``routed_experts``, or None when indexer replay is off."""
+    indexer_topk_start_len: int = 0
     weight_spans: list[list[Any]] | None = None
     """``[version, start, end]`` over output indices when the weights changed while this
     turn was generated; None: every output id came from ``weight_version``."""

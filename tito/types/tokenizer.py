@@ -40,14 +40,18 @@ class Tokenizer:
     special_ids: frozenset[int] = field(default_factory=frozenset)
     fast: Encode | None = field(default=None, repr=False, compare=False)
     """An equivalent, faster encoder (:mod:`tito.types.fast_bpe`), once built."""
+    _fast_thread: threading.Thread | None = field(default=None, init=False, repr=False,
+                                                  compare=False)
 
     def start_fast_encoder(self) -> threading.Thread | None:
-        """Build the fast encoder in a background thread (about 0.3 s for a 150k
-        vocabulary); :meth:`encode` uses the original until it is ready, and for good when
-        the model has another shape or the equivalence check fails. ``TITO_FAST_BPE=0``
-        turns it off."""
+        """Build the fast encoder in a background thread, once (0.3–1 s of CPU for a 150k
+        vocabulary; the gateway starts it, tools that encode little do not pay it);
+        :meth:`encode` uses the original until it is ready, and for good when the model has
+        another shape or the equivalence check fails. ``TITO_FAST_BPE=0`` turns it off."""
         if os.environ.get("TITO_FAST_BPE", "1") == "0":
             return None
+        if self._fast_thread is not None:
+            return self._fast_thread
 
         def build() -> None:
             try:
@@ -56,6 +60,7 @@ class Tokenizer:
                 log.warning("fast encoder for %r not built", self.name, exc_info=True)
 
         thread = threading.Thread(target=build, name="tito-fast-bpe", daemon=True)
+        self._fast_thread = thread
         thread.start()
         return thread
 
@@ -67,9 +72,7 @@ class Tokenizer:
         special = frozenset(
             idx for idx, tok in backend.get_added_tokens_decoder().items() if tok.special
         )
-        tokenizer = cls(backend, chat_template, eos_token, name, special)
-        tokenizer.start_fast_encoder()
-        return tokenizer
+        return cls(backend, chat_template, eos_token, name, special)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token text is recognised, nothing is inserted."""

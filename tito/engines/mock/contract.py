@@ -30,7 +30,7 @@ _BOOL_KEYS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_token
               "no_stop_trim")
 _STR_KEYS = ("json_schema", "regex", "ebnf")
 _BODY_BOOL_KEYS = ("return_logprob", "stream", "return_text_in_logprobs",
-                   "return_prompt_token_ids", "return_routed_experts")
+                   "return_prompt_token_ids", "return_routed_experts", "return_indexer_topk")
 _BODY_INT_KEYS = ("logprob_start_len", "top_logprobs_num", "routed_experts_start_len")
 _NO_BATCH = "the mock engine serves one prompt per request (no batch)"
 

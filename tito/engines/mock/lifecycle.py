@@ -51,6 +51,9 @@ class MockConfig:
     num_layers: int = 4
     topk: int = 2
     num_experts: int = 16
+    enable_return_indexer_topk: bool = False
+    indexer_layers: int = 2
+    indexer_topk: int = 4
     request_log_size: int = 1000
     keepalive_timeout: float = 5.0
     """Seconds an idle keep-alive connection is kept (uvicorn's ``timeout_keep_alive``,
@@ -102,7 +105,8 @@ class Lifecycle:
         rid = request_id(body)
         n_in = len(input_ids)
         check_lengths(n_in, sp, self.config.context_length)
-        check_routed_experts(body, n_in, enabled=self.config.enable_return_routed_experts)
+        check_routed_experts(body, n_in, enabled=self.config.enable_return_routed_experts
+                             or self.config.enable_return_indexer_topk)
         lora = body.get("lora_path")
         if lora is not None and not isinstance(lora, str):
             raise RequestError(f"lora_path must be a string, got {type(lora).__name__}")

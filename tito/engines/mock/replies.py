@@ -72,6 +72,13 @@ class Replies:
                 self.config.enable_return_routed_experts:
             meta["routed_experts"] = self._routed_experts(
                 req.input_ids + out, body.get("routed_experts_start_len") or 0)
+        if final and body.get("return_indexer_topk") and \
+                self.config.enable_return_indexer_topk:
+            cfg = self.config
+            rows = indexer_rows(req.input_ids + out, body.get("routed_experts_start_len") or 0,
+                                layers=cfg.indexer_layers, topk=cfg.indexer_topk)
+            meta["indexer_topk"] = base64.b64encode(rows.astype("<i4").tobytes()).decode()
+            meta["indexer_topk_num_layers"] = cfg.indexer_layers
         result: dict[str, Any] = {"text": self._text(req, out, finish), "output_ids": out,
                                   "meta_info": meta}
         if body.get("return_prompt_token_ids"):
@@ -166,3 +173,18 @@ def routing_rows(seq: list[int], start: int, *, layers: int, topk: int,
     base = mixed % np.uint64(experts)
     out = (base[:, :, None] + np.arange(topk, dtype=np.uint64)) % np.uint64(experts)
     return out.astype(np.int32)
+
+
+def indexer_rows(seq: list[int], start: int, *, layers: int, topk: int) -> np.ndarray:
+    """The mock's deterministic indexer top-k: for each position p in ``[start,
+    len(seq) - 1)`` and layer, ``topk`` earlier positions (in ``[0, p]``) chosen from
+    (token, position, layer) only — so per-turn rows equal a one-shot prefill's."""
+    end = max(start, len(seq) - 1)
+    toks = np.asarray(seq[start:end], dtype=np.uint64)
+    pos = np.arange(start, end, dtype=np.uint64)
+    h = (toks * np.uint64(40503) + pos * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
+    salts = (np.arange(layers, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x85EBCA6B)
+    mixed = (h[:, None] ^ salts[None, :]) * np.uint64(2246822519)
+    picks = (mixed[:, :, None] >> (np.arange(topk, dtype=np.uint64) * np.uint64(7)
+                                   + np.uint64(5))) % (pos[:, None, None] + np.uint64(1))
+    return picks.astype(np.int32)
