@@ -1,7 +1,8 @@
 """The app factory: every API module's routes over one :class:`Gateway` (design §7).
 
-Routes: the session routes (:mod:`tito.server.sessions`), then one sibling module per API
-(:mod:`tito.server.openai`), then the catch-all for unknown paths of a known session.
+Routes: one sibling module per API (:mod:`tito.server.openai`: matched first, they serve
+every turn), then the session routes (:mod:`tito.server.sessions`), then the catch-all
+for unknown paths of a known session.
 Starlette's own 404/405 answers use the OpenAI envelope too.
 """
 
@@ -23,7 +24,8 @@ from tito.server.door import Door
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
-APIS: tuple[Api, ...] = (sessions.API, openai.API)
+APIS: tuple[Api, ...] = (openai.API, sessions.API)
+"""In routing order: the per-turn API routes first (Starlette tries routes in order)."""
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
