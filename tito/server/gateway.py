@@ -254,7 +254,8 @@ class Gateway:
 
     def stored_sizes(self) -> dict[str, float]:
         """What the live sessions hold: token ids (of their active paths), and the bytes of
-        their records' ids, logprobs and routing rows (gauges of ``/metrics``)."""
+        their records' ids, logprobs and routing rows (gauges of ``/metrics``). Walks every
+        live record: run it in the worker pool."""
         tokens = stored = routing = 0
         for session in self.store.values():
             tokens += session.num_tokens

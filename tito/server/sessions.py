@@ -55,7 +55,8 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
     stale = getattr(gateway.engine, "stale_retries", None)
     if isinstance(stale, int):  # requests resent after an idle-closed pooled connection
         gauges["engine_stale_retries_total"] = stale
-    gauges.update(gateway.stored_sizes())
+    # a walk over every live record: off the event loop (a gauge may be a moment stale)
+    gauges.update(await gateway.offload(gateway.stored_sizes))
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
