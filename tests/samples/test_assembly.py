@@ -41,7 +41,7 @@ def test_golden_two_turns() -> None:
     assert s.prompt_length == 3
     assert s.loss_mask.dtype == np.uint8
     assert s.loss_mask.tolist() == [1, 1, 0, 0, 1, 1]
-    assert s.rollout_log_probs.dtype == np.float32
+    assert s.rollout_log_probs.dtype == np.float64
     assert s.rollout_log_probs.tolist() == [-0.125, -0.25, 0.0, 0.0, -0.5, -1.0]
     assert s.response == "10 11 20 21 30 31"
     assert s.status == "completed"

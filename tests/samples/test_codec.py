@@ -36,7 +36,7 @@ def plain_sample(**overrides: object) -> Sample:
         "tokens": np.array([5, 6, 7], np.int64),
         "response_length": 2,
         "loss_mask": np.array([1, 0], np.uint8),
-        "rollout_log_probs": np.array([-0.5, 0.0], np.float32),
+        "rollout_log_probs": np.array([-0.5, 0.0], np.float64),
         "rollout_routed_experts": None,
         "response": "6 7",
         "status": "completed",
@@ -90,8 +90,9 @@ def test_golden_round_trip_and_container_layout() -> None:
 def test_floats_round_trip_bit_exactly() -> None:
     # -0.0, +0.0, smallest subnormal, -inf, +inf, 1/3, a NaN with a payload, -1.0
     bits = np.array(
-        [0x80000000, 0, 1, 0xFF800000, 0x7F800000, 0x3EAAAAAB, 0x7FC01234, 0xBF800000],
-        dtype=np.uint32,
+        [0x8000000000000000, 0, 1, 0xFFF0000000000000, 0x7FF0000000000000,
+         0x3FD5555555555555, 0x7FF8000000001234, 0xBFF0000000000000],
+        dtype=np.uint64,
     )
 
     def with_logprobs(logprobs: np.ndarray) -> Sample:
@@ -103,14 +104,14 @@ def test_floats_round_trip_bit_exactly() -> None:
             reward=-0.0,
         )
 
-    sample = with_logprobs(bits.view(np.float32))
+    sample = with_logprobs(bits.view(np.float64))
     [back] = roundtrip([sample]).samples
-    assert back.rollout_log_probs.view(np.uint32).tolist() == bits.tolist()
+    assert back.rollout_log_probs.view(np.uint64).tolist() == bits.tolist()
     assert np.signbit(back.reward)
     assert samples_identical(back, sample)
     positive_zero = bits.copy()
     positive_zero[0] = 0
-    assert not samples_identical(back, with_logprobs(positive_zero.view(np.float32)))
+    assert not samples_identical(back, with_logprobs(positive_zero.view(np.float64)))
 
 
 def test_zero_size_arrays_are_not_none() -> None:
@@ -118,7 +119,7 @@ def test_zero_size_arrays_are_not_none() -> None:
         tokens=np.zeros(0, np.int64),
         response_length=0,
         loss_mask=np.zeros(0, np.uint8),
-        rollout_log_probs=np.zeros(0, np.float32),
+        rollout_log_probs=np.zeros(0, np.float64),
         rollout_routed_experts=np.zeros((0, 3, 2), np.int32),
     )
     [back] = roundtrip([sample]).samples
@@ -169,7 +170,7 @@ def test_empty_reply_round_trips_its_reason(reason: str) -> None:
 
 def test_non_contiguous_arrays_serialize_their_values() -> None:
     r3 = np.arange(2 * 3 * 2, dtype=np.int32).reshape(2, 2, 3).transpose(0, 2, 1)[:, ::-1]
-    logprobs = (np.arange(4, dtype=np.float32) - 5)[::2]
+    logprobs = (np.arange(4, dtype=np.float64) - 5)[::2]
     tokens = np.arange(6, dtype=np.int64)[::2]
     for arr in (r3, logprobs, tokens):
         assert not arr.flags.c_contiguous
@@ -185,12 +186,12 @@ def test_value_preserving_conversions() -> None:
     sample = plain_sample(
         tokens=np.array([5, 6, 7], np.int32),
         loss_mask=np.array([True, False]),
-        rollout_log_probs=np.array([-0.5, 0.25], np.float64),
+        rollout_log_probs=np.array([-0.5, 0.25], np.float32),
     )
     [back] = roundtrip([sample]).samples
     assert back.tokens.dtype == np.int64 and back.tokens.tolist() == [5, 6, 7]
     assert back.loss_mask.dtype == np.uint8 and back.loss_mask.tolist() == [1, 0]
-    assert back.rollout_log_probs.dtype == np.float32
+    assert back.rollout_log_probs.dtype == np.float64  # float32 widens exactly
     assert back.rollout_log_probs.tolist() == [-0.5, 0.25]
 
 
@@ -223,12 +224,8 @@ def test_numpy_values_in_metadata_are_serialized() -> None:
         ),
         ({"tokens": np.array([5, 6.5, 7])}, "sample 0: tokens values do not fit wire dtype int64"),
         (
-            {"rollout_log_probs": np.array([0.1, 0.0])},
-            "sample 0: rollout_log_probs values do not fit wire dtype float32",
-        ),
-        (
-            {"rollout_log_probs": np.array([1e300, 0.0])},
-            "sample 0: rollout_log_probs values do not fit wire dtype float32",
+            {"rollout_log_probs": np.array([-0.5, 0.0], np.complex128) + 1j},
+            "sample 0: rollout_log_probs values do not fit wire dtype float64",
         ),
         (
             {"rollout_routed_experts": np.zeros((2, 1, 1), np.int64)},
@@ -363,8 +360,8 @@ def test_rejects_missing_promised_tensor() -> None:
         ("loss_mask.1", np.int64, "loss_mask.1 must have dtype uint8, got int64"),
         (
             "rollout_log_probs.0",
-            np.float64,
-            "rollout_log_probs.0 must have dtype float32, got float64",
+            np.float32,
+            "rollout_log_probs.0 must have dtype float64, got float32",
         ),
         (
             "rollout_routed_experts.0",
@@ -426,7 +423,7 @@ def test_rejects_bad_json_fields(field: str, value: object, message: str) -> Non
 
 def test_rejects_inconsistent_tensor_lengths() -> None:
     tensors, meta = good_parts()
-    tensors["rollout_log_probs.1"] = np.zeros(3, np.float32)
+    tensors["rollout_log_probs.1"] = np.zeros(3, np.float64)
     rejects(
         pack(tensors, meta), "sample 1: rollout_log_probs has 3 entries but response_length is 2"
     )
@@ -452,7 +449,7 @@ def test_rejects_sample_meta_shape() -> None:
 def test_null_response_round_trips() -> None:
     sample = Sample(tokens=np.arange(5, dtype=np.int64), response_length=2,
                     loss_mask=np.ones(2, dtype=np.uint8),
-                    rollout_log_probs=np.full(2, -0.5, dtype=np.float32), response=None)
+                    rollout_log_probs=np.full(2, -0.5, dtype=np.float64), response=None)
     decoded = decode_samples(encode_samples([sample], session_metadata={}, empty_reason=None))
     assert decoded.samples[0].response is None
     assert decoded.samples[0].tokens.tolist() == [0, 1, 2, 3, 4]

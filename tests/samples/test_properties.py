@@ -102,8 +102,10 @@ def test_untruncated_sample_is_the_snapshot(traj: Trajectory) -> None:
     expected_lp = np.concatenate(
         [r.logprobs[: len(o)] for r, o in zip(records, outputs, strict=True)]
     )
-    assert sample.rollout_log_probs[trained].tobytes() == expected_lp.tobytes()
-    assert sample.rollout_log_probs[~trained].tobytes() == bytes(4 * int((~trained).sum()))
+    # float32 records widen exactly to the sample's float64
+    assert sample.rollout_log_probs[trained].tobytes() == \
+        expected_lp.astype(np.float64).tobytes()
+    assert sample.rollout_log_probs[~trained].tobytes() == bytes(8 * int((~trained).sum()))
     assert sample.weight_versions == [r.weight_version for r in records]
     if traj.r3_mode is None:
         assert sample.rollout_routed_experts is None

@@ -22,6 +22,7 @@ from tito.render.base import TemplateRenderer
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
 
+pytestmark = pytest.mark.slow  # real mock processes with replay/latency: the slow tier
 
 @pytest.fixture(scope="module")
 def slow_mock(qwen3_dir: Path) -> Iterator[Proc]:

@@ -29,6 +29,8 @@ LAYERS, TOPK, EXPERTS = 3, 2, 8
 INDEXER_LAYERS, INDEXER_TOPK = 2, 3
 
 
+pytestmark = pytest.mark.slow  # real mock processes with replay/latency: the slow tier
+
 @pytest.fixture(scope="module")
 def routing_mock(qwen3_dir: Path) -> Iterator[Proc]:
     engine = start_mock(qwen3_dir, "qwen3", "--enable-return-routed-experts",

@@ -103,7 +103,9 @@ async def run_script(gateway: Gateway, http: httpx.AsyncClient, name: str
             "samples": [{"tokens": _ids_digest(s.tokens), "len": len(s.tokens),
                          "response_length": s.response_length, "status": s.status,
                          "loss_mask": _digest(np.asarray(s.loss_mask).tobytes()),
-                         "logprobs": _digest(np.asarray(s.rollout_log_probs).tobytes()),
+                         # the engine's values (float32-exact; float64 on the wire)
+                         "logprobs": _digest(np.asarray(s.rollout_log_probs,
+                                                        np.float32).tobytes()),
                          "weight_versions": s.weight_versions}
                         for s in decoded.samples],
             "empty_reason": decoded.empty_reason,

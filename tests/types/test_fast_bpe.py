@@ -1,6 +1,7 @@
 """The fast encoder is used only where it gives the original tokenizer's ids: random texts
 (scripts, whitespace, contractions, emoji, added tokens) on every eligible fixture, and a
-tampered vocabulary that the equivalence check must refuse."""
+tampered vocabulary that the equivalence check must refuse. (Slow tier: each build costs
+0.3–1 s of CPU.)"""
 
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ PIECES = st.sampled_from(["<|im_start|>", "<|im_end|>", "<|eot_id|>", "<|start|>
 TEXT = st.lists(st.one_of(st.text(max_size=20), PIECES), max_size=12).map("".join)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ELIGIBLE)
 @settings(max_examples=300, deadline=None)
 @given(text=TEXT)
 def test_fast_ids_equal_the_original(name: str, text: str) -> None:
+    """300 random texts per fixture."""
     backend, fast = pair(name)
     assert fast is not None
     assert fast(text) == backend.encode(text, add_special_tokens=False).ids  # type: ignore[operator]
@@ -47,6 +50,7 @@ def test_other_model_shapes_keep_the_original() -> None:
     assert fast is None
 
 
+@pytest.mark.slow
 def test_a_vocabulary_that_differs_is_refused(tmp_path: Path) -> None:
     config = json.loads((tokenizer_dir("qwen3") / "tokenizer.json").read_text())
     config["model"]["merges"] = config["model"]["merges"][1:]  # one merge fewer
@@ -54,6 +58,7 @@ def test_a_vocabulary_that_differs_is_refused(tmp_path: Path) -> None:
     assert fast_encoder(backend) is None
 
 
+@pytest.mark.slow
 def test_the_tokenizer_switches_once_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     tok = load_tokenizer(tokenizer_dir("qwen3"))
     thread = tok.start_fast_encoder()

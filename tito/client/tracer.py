@@ -36,7 +36,7 @@ def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sampl
     """An empty ABORTED sample standing for a trajectory that produced no training data."""
     return Sample(
         tokens=np.zeros(0, dtype=np.int64), response_length=0,
-        loss_mask=np.zeros(0, dtype=np.uint8), rollout_log_probs=np.zeros(0, dtype=np.float32),
+        loss_mask=np.zeros(0, dtype=np.uint8), rollout_log_probs=np.zeros(0, dtype=np.float64),
         status="aborted", metadata={**(metadata or {}), "aborted_reason": reason},
     )
 

@@ -14,7 +14,7 @@ column                 type                meaning
 ``sample_index``       int64               0 .. ``--n-per-prompt`` - 1
 ``tokens``             list<int64>         first prompt + everything after it
 ``loss_mask``          list<uint8>         response region: 1 generated, 0 bridge
-``rollout_log_probs``  list<float32>       response region: engine logprob, 0.0 on bridge
+``rollout_log_probs``  list<float64>       response region: engine logprob, 0.0 on bridge
 ``prompt_length``      int64               ``len(tokens) - response_length``
 ``response_length``    int64               length of the response region
 ``status``             string              completed / truncated / aborted
@@ -123,7 +123,7 @@ def samples_table(rows: Sequence[tuple[int, int, Sample]]) -> Any:
         "loss_mask": _list_array([s.loss_mask for s in samples], np.dtype(np.uint8),
                                  pa.uint8()),
         "rollout_log_probs": _list_array([s.rollout_log_probs for s in samples],
-                                         np.dtype(np.float32), pa.float32()),
+                                         np.dtype(np.float64), pa.float64()),
         "prompt_length": pa.array([s.prompt_length for s in samples], type=pa.int64()),
         "response_length": pa.array([s.response_length for s in samples], type=pa.int64()),
         "status": pa.array([s.status for s in samples], type=pa.string()),

@@ -3,7 +3,7 @@
 One safetensors container:
 
 * per-sample tensors ``<field>.<index>`` with fixed dtypes: ``tokens`` int64,
-  ``loss_mask`` uint8, ``rollout_log_probs`` float32, ``rollout_routed_experts`` and
+  ``loss_mask`` uint8, ``rollout_log_probs`` float64, ``rollout_routed_experts`` and
   ``rollout_indexer_topk`` int32;
 * ``_samples_meta``: a rank-1 uint8 tensor holding compact UTF-8 JSON::
 

@@ -24,7 +24,9 @@ STATUSES: tuple[str, ...] = ("completed", "truncated", "aborted")
 
 TOKENS_DTYPE = np.dtype(np.int64)
 LOSS_MASK_DTYPE = np.dtype(np.uint8)
-LOGPROBS_DTYPE = np.dtype(np.float32)
+LOGPROBS_DTYPE = np.dtype(np.float64)
+"""``rollout_log_probs`` of a sample and on the wire: float64, what the reference
+framework's decoder requires (the stored float32 values widen exactly)."""
 ROUTED_EXPERTS_DTYPE = np.dtype(np.int32)
 REPLAY_FIELDS = ("rollout_routed_experts", "rollout_indexer_topk")
 """Per-position replay tensors: one int32 row per position fed to the model."""
@@ -52,7 +54,7 @@ class Sample:
     loss_mask: np.ndarray | None
     """uint8, ``response_length`` entries: 1 on generated ids, 0 on bridge ids."""
     rollout_log_probs: np.ndarray | None
-    """float32, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
+    """float64, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
     rollout_routed_experts: np.ndarray | None = None
     rollout_indexer_topk: np.ndarray | None = None
     """int32 ``(len(tokens) - 1, indexer_layers, top_k)`` sparse-attention indexer top-k,

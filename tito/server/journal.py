@@ -12,8 +12,8 @@ tombstones (410). The file is then compacted: rewritten with the frames of the l
 sessions only, atomically (write to a new file, fsync, rename).
 
 Frame: ``u32 length | u32 crc32 | payload``; payload: an orjson header line, then the raw
-arrays it names (int32 ids, float32 logprobs). A torn or corrupt frame at the end (a crash
-mid-write) ends the replay there; one in the middle is an error naming its offset.
+arrays it names (int32 ids, float32 or float64 logprobs). A torn or corrupt frame at the end
+(a crash mid-write) ends the replay there; one in the middle is an error naming its offset.
 """
 
 from __future__ import annotations
@@ -63,12 +63,19 @@ def turn_frame(session_id: str, turn: TurnCommit) -> bytes:
               "response_id": turn.response_id,
               "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
               "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS],
+              "logprobs_dtype": np.dtype(rec.logprobs.dtype).str,
               **{f"{name}_shape": None if getattr(rec, name) is None
                  else list(getattr(rec, name).shape) for name in _ROWS}}
-    arrays = [np.asarray(getattr(rec, name), dtype) for name, dtype in _ARRAYS]
+    arrays = [np.asarray(getattr(rec, name), _dtype(rec, name, dtype))
+              for name, dtype in _ARRAYS]
     arrays += [np.ascontiguousarray(getattr(rec, name), dtype="<i4") for name in _ROWS
                if getattr(rec, name) is not None]
     return frame(header, *arrays)
+
+
+def _dtype(rec: TurnRecord, name: str, default: Any) -> Any:
+    """The stored dtype of an array: logprobs keep theirs (float32 or float64)."""
+    return rec.logprobs.dtype if name == "logprobs" else default
 
 
 def read_frames(data: bytes) -> Iterator[tuple[int, dict[str, Any], memoryview, bytes]]:
@@ -95,6 +102,8 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
     parts: dict[str, Any] = {}
     start = 0
     for (name, dtype), n in zip(_ARRAYS, header["lengths"], strict=True):
+        if name == "logprobs":
+            dtype = np.dtype(header.get("logprobs_dtype", dtype))
         size = n * np.dtype(dtype).itemsize
         parts[name] = np.frombuffer(arrays[start : start + size], dtype=dtype).copy()
         start += size

@@ -149,7 +149,8 @@ class CheckedOutput:
     ids: np.ndarray
     """int32 output ids, each in ``[0, vocab_size)``."""
     logprobs: np.ndarray
-    """float32 logprobs, finite and <= 0 (the values the engine sent)."""
+    """Logprobs, finite and <= 0: float32 when every value the engine sent is exactly a
+    float32 (so storing them compactly loses nothing), else float64."""
 
 
 def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
@@ -166,7 +167,14 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
     if not _logprobs_ok(logprobs):
         raise _protocol(_first_bad_logprob(logprobs))
     return CheckedOutput(np.asarray(ids, dtype=IDS_DTYPE),
-                         np.asarray(logprobs, dtype=LOGPROB_DTYPE))
+                         compact_logprobs(logprobs))
+
+
+def compact_logprobs(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``values`` as float32 when that round-trips every value exactly, else float64."""
+    wide = np.asarray(values, dtype=np.float64)
+    narrow = wide.astype(LOGPROB_DTYPE)
+    return narrow if np.array_equal(narrow, wide) else wide
 
 
 def _ids_ok(ids: Sequence[Any], vocab_size: int) -> bool:

@@ -81,28 +81,33 @@ def _state(component: Any) -> dict[str, Any] | None:
     return None if component is None else orjson.loads(component.__getstate__())
 
 
-def _ranks(backend: Any) -> dict[bytes, int] | None:
-    """Byte sequence -> id of a byte-level BPE vocabulary (None: not one)."""
+def _ranks(backend: Any, source: bytes | None) -> dict[bytes, int] | None:
+    """Byte sequence -> id of a byte-level BPE vocabulary (None: not one). ``source``: the
+    ``tokenizer.json`` the backend was loaded from (parsing it is faster than asking the
+    backend for its vocabulary and merges)."""
     model = backend.model
     if type(model).__name__ != "BPE" or model.dropout or model.continuing_subword_prefix \
             or model.end_of_word_suffix or model.byte_fallback:
         return None
-    vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
+    state = (orjson.loads(source).get("model") if source is not None else None) or \
+        orjson.loads(model.__getstate__())
+    added = set(backend.get_added_tokens_decoder())
+    vocab: dict[str, int] = {token: idx for token, idx in state.get("vocab", {}).items()
+                             if idx not in added}
     decoder = _byte_decoder()
-    if not set("".join(vocab)) <= decoder.keys():  # a token outside the byte alphabet
+    if not vocab or not set("".join(vocab)) <= decoder.keys():  # outside the byte alphabet
         return None
-    if not _merges_follow_ranks(backend, vocab):
+    if not _merges_follow_ranks(state.get("merges") or [], vocab):
         return None
     table = str.maketrans({c: chr(b) for c, b in decoder.items()})
     return {token.translate(table).encode("latin-1"): idx for token, idx in vocab.items()}
 
 
-def _merges_follow_ranks(backend: Any, vocab: dict[str, int]) -> bool:
+def _merges_follow_ranks(merges: list[Any], vocab: dict[str, int]) -> bool:
     """Whether the id of the token merge ``i`` creates never decreases with ``i``: then
     "merge the pair whose result has the lowest id" (tiktoken) and "apply the earliest
     merge rule" (``tokenizers``) pick the same pair at every step (the corpus check covers
     the rest)."""
-    merges = orjson.loads(backend.model.__getstate__()).get("merges") or []
     last = -1
     for merge in merges:
         left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
@@ -130,9 +135,10 @@ def _corpus(added: list[str]) -> list[str]:
     return texts
 
 
-def fast_encoder(backend: Any) -> Encode | None:
-    """A ``tiktoken`` encoder equivalent to ``backend`` (a ``tokenizers.Tokenizer``) on
-    every text of the check corpus; None when it cannot be built or is not equivalent."""
+def fast_encoder(backend: Any, source: bytes | None = None) -> Encode | None:
+    """A ``tiktoken`` encoder equivalent to ``backend`` (a ``tokenizers.Tokenizer``, loaded
+    from the ``tokenizer.json`` bytes ``source`` when known) on every text of the check
+    corpus; None when it cannot be built or is not equivalent."""
     try:
         import tiktoken
     except ImportError:
@@ -147,7 +153,7 @@ def fast_encoder(backend: Any) -> Encode | None:
             t.normalized or t.lstrip or t.rstrip or t.single_word for t in tokens.values()):
         return None
     added = {t.content: idx for idx, t in tokens.items()}
-    ranks = _ranks(backend)
+    ranks = _ranks(backend, source)
     if ranks is None:
         return None
     try:

@@ -17,6 +17,9 @@ import numpy as np
 
 IDS_DTYPE = np.int32
 LOGPROB_DTYPE = np.float32
+"""How logprobs are stored when that is lossless for the engine's values (engines compute
+them in float32, so they are); a turn whose values are not float32-exact keeps float64
+(:func:`tito.types.engine.check_output`)."""
 
 
 @dataclass(slots=True)
@@ -32,7 +35,8 @@ class TurnRecord:
     output_ids: np.ndarray
     """int32 ids the engine generated (stop id included when it stopped on one)."""
     logprobs: np.ndarray
-    """float32 logprob of each output id, as the engine sent it."""
+    """Logprob of each output id, exactly as the engine sent it: float32 when that is
+    lossless (the common case), else float64."""
     finish_reason: str
     """Engine finish reason: ``stop``, ``length`` or ``abort``."""
     prompt_len: int

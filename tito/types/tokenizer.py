@@ -40,6 +40,8 @@ class Tokenizer:
     special_ids: frozenset[int] = field(default_factory=frozenset)
     fast: Encode | None = field(default=None, repr=False, compare=False)
     """An equivalent, faster encoder (:mod:`tito.types.fast_bpe`), once built."""
+    source: Path | None = field(default=None, repr=False, compare=False)
+    """The ``tokenizer.json`` the backend was loaded from, if any."""
     _fast_thread: threading.Thread | None = field(default=None, init=False, repr=False,
                                                   compare=False)
 
@@ -55,7 +57,8 @@ class Tokenizer:
 
         def build() -> None:
             try:
-                self.fast = fast_encoder(self.backend)
+                source = self.source.read_bytes() if self.source is not None else None
+                self.fast = fast_encoder(self.backend, source)
             except Exception:  # never worse than the original encoder
                 log.warning("fast encoder for %r not built", self.name, exc_info=True)
 
@@ -164,4 +167,8 @@ def load_tokenizer(path: str | Path, *, chat_template: str | Path | None = None)
     template = _read_template(folder, config)
     if chat_template is not None:
         template = Path(chat_template).read_text()
-    return Tokenizer.from_backend(backend, chat_template=template, eos_token=eos, name=folder.name)
+    tokenizer = Tokenizer.from_backend(backend, chat_template=template, eos_token=eos,
+                                       name=folder.name)
+    if (folder / "tokenizer.json").is_file():
+        tokenizer.source = folder / "tokenizer.json"
+    return tokenizer
