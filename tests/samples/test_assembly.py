@@ -51,8 +51,8 @@ def test_golden_two_turns() -> None:
     assert s.metadata == {
         "agent": {"k": 1},
         "lifecycle": [
-            {"turn": 0, "t0": 100.5, "t1": 101.0, "req_ts": 100.0},
-            {"turn": 1, "t0": 110.5, "t1": 111.0, "req_ts": 110.0},
+            {"turn": 1, "t0": 100.5, "t1": 101.0, "req_ts": 100.0},
+            {"turn": 2, "t0": 110.5, "t1": 111.0, "req_ts": 110.0, "prev_t1": 101.0},
         ],
         "weight_version_spans": [{"version": "w1", "start": 3, "end": 5},
                                  {"version": "w2", "start": 7, "end": 9}],
@@ -64,7 +64,8 @@ def test_metadata_is_copied_and_t0_none_without_latency() -> None:
     s = only(assemble(golden(e2e_latency=None), decode=decode, metadata=caller))
     s.metadata["agent"]["k"].append(2)
     assert caller == {"agent": {"k": [1]}, "lifecycle": "caller's"}
-    assert s.metadata["lifecycle"][1] == {"turn": 1, "t0": None, "t1": 111.0, "req_ts": 110.0}
+    assert s.metadata["lifecycle"][1] == {"turn": 2, "t0": None, "t1": 111.0, "req_ts": 110.0,
+                                          "prev_t1": 101.0}
 
 
 def test_single_turn() -> None:
@@ -194,7 +195,7 @@ def test_truncation_cuts_inside_turn_two() -> None:
     assert s.loss_mask.tolist() == [1, 1, 0, 0, 1]
     assert s.rollout_log_probs.tolist() == [-0.125, -0.25, 0.0, 0.0, -0.5]
     assert s.response == "10 11 20 21 30"
-    assert [seg["turn"] for seg in s.metadata["lifecycle"]] == [0, 1]
+    assert [seg["turn"] for seg in s.metadata["lifecycle"]] == [1, 2]
     assert s.weight_versions == ["w1", "w2"]
 
 

@@ -319,14 +319,17 @@ def test_rejects_bad_json_and_versions() -> None:
     rejects(pack(tensors, [1, 2]), "_samples_meta must be a JSON object, got array")
     rejects(
         pack(tensors, {**meta, "format_version": 2}),
-        "unsupported _samples_meta format_version 2 (supported: 1)",
+        "unsupported _samples_meta format_version 2 (supported: 1, or none",
     )
     rejects(
         pack(tensors, {**meta, "format_version": True}),
         "unsupported _samples_meta format_version True",
     )
+    # no format_version: the reference framework's layout, which requires its own keys
     no_version = {k: v for k, v in meta.items() if k != "format_version"}
-    rejects(pack(tensors, no_version), "unsupported _samples_meta format_version None")
+    assert len(decode_samples(pack(tensors, no_version)).samples) == 2
+    del no_version["samples"][0]["prefix_cache_info"]
+    rejects(pack(tensors, no_version), "sample 0 meta lacks keys: ['prefix_cache_info']")
     no_samples = {k: v for k, v in meta.items() if k != "samples"}
     rejects(pack(tensors, no_samples), "_samples_meta lacks keys: ['samples']")
     rejects(pack(tensors, {**meta, "samples": {}}), "_samples_meta samples must be a list")
@@ -409,7 +412,7 @@ def test_rejects_orphan_tensors() -> None:
         ("response_length", 5, "sample 0: loss_mask has 6 entries but response_length is 5"),
         ("response_length", 6.0, "sample 0: response_length must be a non-negative int"),
         ("response_length", -1, "sample 0: response_length must be a non-negative int"),
-        ("status", "pending", "sample 0: status must be one of"),
+        ("status", "running", "sample 0: status must be one of"),
         ("response", 3, "sample 0: response must be a str or null, got int"),
         ("weight_versions", [1], "sample 0: weight_versions must be a list of str or null"),
         ("reward", True, "sample 0: reward must be a number or null, got True"),

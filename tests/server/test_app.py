@@ -207,11 +207,38 @@ async def test_a_second_turn_while_one_runs_is_409_at_once(client: httpx.AsyncCl
     while not engine.calls:
         await asyncio.sleep(0.001)
     assert_openai_error(await chat(client, sid, USER), 409, "turn_in_progress")
-    assert_openai_error(await client.post(f"/sessions/{sid}/samples", json={}), 409,
-                        "turn_in_progress")
     engine.gate.set()
     assert (await first).status_code == 200
     assert (await state(client, sid))["metadata"]["num_turns"] == 1
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_collect_during_a_turn_gives_what_is_committed(make_gateway: Any,
+                                                            version: str) -> None:
+    """As the reference server does: a collector that gave up on its agent (its tracer
+    collects, then deletes) gets the committed trajectory, marked turn_in_progress."""
+    from inproc import asgi_client
+
+    gateway = make_gateway(session_version=version)
+    engine: FakeEngine = gateway.engine
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        r0 = await chat(http, sid, USER)
+        engine.gate = asyncio.Event()
+        messages = [*USER, r0.json()["choices"][0]["message"],
+                    {"role": "user", "content": "more"}]
+        running = asyncio.create_task(chat(http, sid, messages))
+        while len(engine.calls) < 2:
+            await asyncio.sleep(0.001)
+        resp = await http.post(f"/sessions/{sid}/samples", json={})
+        assert resp.status_code == 200, resp.text
+        decoded = decode_samples(resp.content)
+        assert decoded.session_metadata["turn_in_progress"] is True
+        [sample] = decoded.samples
+        assert len(sample.metadata["lifecycle"]) == 1  # the committed turn only
+        assert (await http.delete(f"/sessions/{sid}")).status_code == 204
+        engine.gate.set()
+        assert (await running).status_code == 200  # answered; nothing stored
 
 
 async def test_deep_divergence_is_rollback_too_deep(client: httpx.AsyncClient) -> None:

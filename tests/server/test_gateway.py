@@ -11,7 +11,7 @@ from fakes import FakeEngine
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
 from tito.types.engine import SamplingParams
-from tito.types.errors import BadRequest, Conflict, EngineError
+from tito.types.errors import BadRequest, EngineError
 from tito.types.messages import TurnRequest
 
 USER = [{"role": "user", "content": "hello"}]
@@ -69,8 +69,9 @@ async def test_session_deleted_during_the_turn_gets_its_reply_and_stores_nothing
                                                 SamplingParams()))
     while not engine.calls:
         await asyncio.sleep(0.001)
-    with pytest.raises(Conflict):
-        await gateway.samples_payload(session, None, None)
+    during = decode_samples(await gateway.samples_payload(session, None, None))
+    assert during.samples == [] and during.empty_reason == "no_records"
+    assert during.session_metadata["turn_in_progress"] is True
     gateway.store.delete(session.session_id)
     engine.gate.set()
     outcome = await turn

@@ -486,7 +486,8 @@ def summarize(result: RolloutResult) -> RolloutSummary:
                        abort_hook_called=result.abort_hook_called,
                        sessions_deleted_at_exit=result.sessions_deleted_at_exit,
                        wall_time_s=round(result.wall_time, 3))
-    statuses: Counter[str] = Counter(dict.fromkeys(STATUSES, 0))
+    # the statuses assembly gives, always shown; a decoded "pending"/"failed" only if seen
+    statuses: Counter[str] = Counter(dict.fromkeys(STATUSES[:3], 0))
     by_type: Counter[str] = Counter(dict.fromkeys(MISMATCH_TYPES, 0))
     rewards: list[float] = []
     for traj in result.trajectories:

@@ -220,7 +220,8 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
     tokens = np.concatenate(token_parts).astype(TOKENS_DTYPE, copy=False)
     kept_lens = np.cumsum([t.length for t in turns]).tolist()
     sample_metadata = copy.deepcopy(metadata)
-    sample_metadata["lifecycle"] = [_lifecycle(t.record) for t in turns]
+    sample_metadata["lifecycle"] = [_lifecycle(t.record, turns[k - 1].record if k else None)
+                                    for k, t in enumerate(turns)]
     sample_metadata["weight_version_spans"] = _weight_spans(turns)
     last = turns[-1]
     if last.status == "aborted":
@@ -239,6 +240,8 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
         status=turns[-1].status,
         weight_versions=[t.record.weight_version for t in turns],
         metadata=sample_metadata,
+        prefix_cache_info={"cached_tokens": sum(t.record.cached_tokens for t in turns),
+                           "total_prompt_tokens": sum(t.record.prompt_len for t in turns)},
     )
 
 
@@ -261,9 +264,16 @@ def _weight_spans(turns: list[_Turn]) -> list[dict[str, Any]]:
     return spans
 
 
-def _lifecycle(rec: TurnRecord) -> dict[str, Any]:
+def _lifecycle(rec: TurnRecord, previous: TurnRecord | None) -> dict[str, Any]:
+    """One segment in the reference framework's shape: ``turn`` counts from 1, ``t1`` is
+    the commit, ``t0`` its start by the engine's latency, ``req_ts`` the request's
+    arrival, ``prev_t1`` the previous turn's commit (the gap is the agent's own work)."""
     t0 = None if rec.e2e_latency is None else rec.commit_ts - rec.e2e_latency
-    return {"turn": rec.turn, "t0": t0, "t1": rec.commit_ts, "req_ts": rec.request_ts}
+    segment: dict[str, Any] = {"t0": t0, "t1": rec.commit_ts, "turn": rec.turn + 1,
+                               "req_ts": rec.request_ts}
+    if previous is not None:
+        segment["prev_t1"] = previous.commit_ts
+    return segment
 
 
 def _verify(sample: Sample, turns: list[_Turn], max_seq_len: int | None) -> None:

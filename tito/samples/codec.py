@@ -62,6 +62,11 @@ TENSOR_FIELDS: tuple[_TensorField, ...] = (
 )
 _TENSOR_NAMES = frozenset(f.name for f in TENSOR_FIELDS)
 _JSON_KEYS = ("response", "response_length", "status", "weight_versions", "metadata", "reward")
+_REFERENCE_KEYS = ("response", "response_length", "status", "weight_versions",
+                   "prefix_cache_info", "metadata")
+"""The reference framework's per-sample keys (its v2 adds ``reward``)."""
+REFERENCE_LAYOUT = 0
+"""A ``_samples_meta`` without ``format_version``: written by the reference session server."""
 
 
 class CodecError(ValueError):
@@ -113,6 +118,7 @@ def encode_samples(
                 "weight_versions": sample.weight_versions,
                 "metadata": sample.metadata,
                 "reward": None if sample.reward is None else float(sample.reward),
+                "prefix_cache_info": sample.prefix_cache_info,
                 "nulls": nulls,
             }
         )
@@ -173,16 +179,18 @@ def _fits(arr: np.ndarray, wire: np.dtype) -> bool:
 
 
 def decode_samples(data: bytes) -> DecodedSamples:
-    """Parse a container written by :func:`encode_samples`; reject anything else."""
+    """Parse a container written by :func:`encode_samples`, or by the reference
+    framework's session server (no ``format_version``: its keys, ``reward`` optional);
+    reject anything else."""
     try:
         tensors = safetensors.numpy.load(bytes(data))
     except Exception as exc:  # the loader raises its own (non-ValueError) error types
         raise CodecError(f"invalid safetensors container: {exc}") from exc
     meta = _read_meta(tensors)
     referenced = {META_KEY}
-    samples = [
-        _decode_sample(i, entry, tensors, referenced) for i, entry in enumerate(meta["samples"])
-    ]
+    reference = "format_version" not in meta
+    samples = [_decode_sample(i, entry, tensors, referenced, reference)
+               for i, entry in enumerate(meta["samples"])]
     orphans = sorted(set(tensors) - referenced)
     if orphans:
         raise CodecError(f"payload carries unreferenced tensors: {orphans}")
@@ -203,10 +211,11 @@ def _read_meta(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
         raise CodecError(f"{META_KEY} is not valid UTF-8 JSON: {exc}") from exc
     if not isinstance(meta, dict):
         raise CodecError(f"{META_KEY} must be a JSON object, got {_json_type(meta)}")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    version = meta.get("format_version", REFERENCE_LAYOUT)
+    if version not in (FORMAT_VERSION, REFERENCE_LAYOUT) or isinstance(version, bool):
         raise CodecError(
-            f"unsupported {META_KEY} format_version {version!r} (supported: {FORMAT_VERSION})"
+            f"unsupported {META_KEY} format_version {version!r} (supported: {FORMAT_VERSION}, "
+            "or none: the reference framework's layout)"
         )
     missing = [k for k in ("samples", "session_metadata", "empty_reason") if k not in meta]
     if missing:
@@ -237,12 +246,28 @@ def _check_envelope(
         )
 
 
+def _prefix_cache_info(i: int, value: object) -> dict[str, int]:
+    """``{"cached_tokens", "total_prompt_tokens"}`` (absent in our format before it
+    carried them: zeros)."""
+    if value is None:
+        return {"cached_tokens": 0, "total_prompt_tokens": 0}
+    if not isinstance(value, dict) or not all(
+            isinstance(value.get(k, 0), int) and not isinstance(value.get(k, 0), bool)
+            for k in ("cached_tokens", "total_prompt_tokens")):
+        raise CodecError(f"sample {i}: prefix_cache_info must be an object of integer "
+                         f"cached_tokens and total_prompt_tokens, got {value!r}")
+    return {"cached_tokens": int(value.get("cached_tokens", 0)),
+            "total_prompt_tokens": int(value.get("total_prompt_tokens", 0))}
+
+
 def _decode_sample(
-    i: int, entry: object, tensors: dict[str, np.ndarray], referenced: set[str]
+    i: int, entry: object, tensors: dict[str, np.ndarray], referenced: set[str],
+    reference: bool = False,
 ) -> Sample:
     if not isinstance(entry, dict):
         raise CodecError(f"sample {i} meta must be an object, got {_json_type(entry)}")
-    missing = [k for k in (*_JSON_KEYS, "nulls") if k not in entry]
+    required = _REFERENCE_KEYS if reference else _JSON_KEYS
+    missing = [k for k in (*required, "nulls") if k not in entry]
     if missing:
         raise CodecError(f"sample {i} meta lacks keys: {missing}")
     nulls = _null_markers(i, entry["nulls"])
@@ -260,7 +285,8 @@ def _decode_sample(
         status=entry["status"],
         weight_versions=entry["weight_versions"],
         metadata=entry["metadata"],
-        reward=entry["reward"],
+        reward=entry.get("reward"),
+        prefix_cache_info=_prefix_cache_info(i, entry.get("prefix_cache_info")),
     )
     problem = sample_problem(sample)
     if problem is not None:

@@ -19,8 +19,10 @@ import numpy as np
 
 from tito.types.errors import AssemblyError
 
-SampleStatus = Literal["completed", "truncated", "aborted"]
-STATUSES: tuple[str, ...] = ("completed", "truncated", "aborted")
+SampleStatus = Literal["completed", "truncated", "aborted", "pending", "failed"]
+STATUSES: tuple[str, ...] = ("completed", "truncated", "aborted", "pending", "failed")
+"""The reference framework's ``Sample.Status`` values. Assembly gives the first three;
+``pending`` and ``failed`` are accepted when decoding a reference server's payload."""
 
 TOKENS_DTYPE = np.dtype(np.int64)
 LOSS_MASK_DTYPE = np.dtype(np.uint8)
@@ -67,6 +69,10 @@ class Sample:
     """Engine weight version of each kept turn, in order."""
     metadata: dict[str, Any] = field(default_factory=dict)
     reward: float | None = None
+    prefix_cache_info: dict[str, int] = field(default_factory=lambda: {
+        "cached_tokens": 0, "total_prompt_tokens": 0})
+    """Prefix-cache use over the kept turns: engine-reported cached tokens and prompt
+    tokens, summed (the reference framework's ``PrefixCacheInfo``)."""
     rollout_id: int | str | None = None
     """Driver-side, not on the wire: set when one trajectory gave several samples (v2
     leaves), so a trainer counts them as one rollout; None for a single sample."""

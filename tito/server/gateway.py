@@ -43,7 +43,7 @@ from tito.types.engine import (
     SamplingParams,
     check_output,
 )
-from tito.types.errors import BadRequest, ConfigError, Conflict, EngineError, TitoError
+from tito.types.errors import BadRequest, ConfigError, EngineError, TitoError
 from tito.types.hooks import load_function
 from tito.types.messages import Message, ParsedCompletion, TurnRequest
 from tito.types.records import TurnRecord, snapshot_ids
@@ -343,35 +343,34 @@ class Gateway:
     async def samples_payload(self, session: Session, max_seq_len: int | None,
                               metadata: dict[str, Any] | None, *,
                               include_response: bool = True) -> bytes:
-        """Assemble and encode the session's samples in the worker pool. A v1 session is
-        claimed meanwhile (a turn sent during the collection is 409); a v2 tree is read
-        from a copy of its node list (a concurrent turn adds a node the collection does
-        not see)."""
-        if session.in_flight:
-            raise Conflict(
-                f"session {session.session_id} has a turn in progress; collect after it ends",
-                code="turn_in_progress",
-            )
+        """Assemble and encode the session's samples in the worker pool, from what is
+        committed: a turn still running (or one sent meanwhile) is not in them, and the
+        session metadata says ``turn_in_progress: true`` (a collector that gave up on its
+        agent still gets the trajectory so far). The collection reads copies taken here
+        (committed records never change), so turns go on meanwhile."""
         limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
+        running = session.in_flight
         if isinstance(session, TreeSession):
             return await self.offload(self._tree_samples_payload, session,
                                       session.nodes[:], limit, metadata or {},
-                                      include_response)
-        session.begin()
-        try:
-            return await self.offload(self._samples_payload, session, limit, metadata,
-                                      include_response)
-        finally:
-            session.release()
+                                      include_response, running)
+        view = _LinearView(session.records[:], session.messages[:],
+                           session.snapshot.view().copy(), session.tools)
+        return await self.offload(self._samples_payload, session, view, limit, metadata,
+                                  include_response, running)
 
-    def _samples_payload(self, session: LinearSession, limit: int | None,
-                         metadata: dict[str, Any] | None, include_response: bool) -> bytes:
-        session_meta = self.session_metadata(session)
+    def _samples_payload(self, session: LinearSession, view: _LinearView, limit: int | None,
+                         metadata: dict[str, Any] | None, include_response: bool,
+                         running: bool) -> bytes:
+        session_meta = self._metadata(session, view.records, view.messages, view.ids,
+                                      view.tools)
+        sample_meta = {**(metadata or {}), **session_meta}
+        session_meta["turn_in_progress"] = running  # the payload's, not each sample's
         result = assemble(
-            session.records,
+            view.records,
             decode=self.renderer.tokenizer.decode,
             max_seq_len=limit,
-            metadata={**(metadata or {}), **session_meta},
+            metadata=sample_meta,
             include_response=include_response,
             routing=self.config.routing_replay,
             indexer=self.config.indexer_replay,
@@ -382,10 +381,11 @@ class Gateway:
 
     def _tree_samples_payload(self, session: TreeSession, nodes: list[Node],
                               limit: int | None, agent: dict[str, Any],
-                              include_response: bool) -> bytes:
+                              include_response: bool, running: bool) -> bytes:
         """One sample per leaf (as v1 assembles a path), then the picker and the
         postprocessor (design §6)."""
         session_meta = self.session_metadata(session, nodes)
+        session_meta["turn_in_progress"] = running
         leaves = [LeafPath([n.id for n in path], [n.record for n in path], leaf.parent,
                            leaf.response_id)
                   for leaf in leaves_of(nodes) for path in [path_of(nodes, leaf.id)]]
@@ -438,6 +438,7 @@ class Gateway:
             "num_messages": len(messages),
             "num_tokens": len(ids),
             "max_trailing_trim": self.renderer.max_trailing_trim,
+            "max_trim_tokens": self.renderer.max_trailing_trim,
             "instance_id": self.instance_id,
         }
         kwargs = records[-1].request.get("chat_template_kwargs") if records else None
@@ -447,6 +448,16 @@ class Gateway:
         except TitoError as exc:
             meta["tito_session_mismatch_error"] = exc.message
         return meta
+
+
+@dataclass(frozen=True, slots=True)
+class _LinearView:
+    """What a v1 collection reads: copies taken on the event loop."""
+
+    records: list[TurnRecord]
+    messages: list[Message]
+    ids: np.ndarray
+    tools: list[dict[str, Any]] | None
 
 
 def routing_shape(config: ServerConfig) -> tuple[int | None, int | None]:
