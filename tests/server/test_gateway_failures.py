@@ -11,6 +11,8 @@ import httpx
 import pytest
 from support import Proc, start_tito
 
+from tito.samples import decode_samples
+
 pytestmark = pytest.mark.slow  # a gateway (and engine) process per case
 
 
@@ -46,7 +48,10 @@ async def test_concurrent_turn_is_409_immediately(slow_stack: Any) -> None:
         assert second.json()["error"]["code"] == "turn_in_progress"
         assert elapsed < 0.3  # answered at once, not after the running turn
         samples_during = await client.post(f"{gateway.url}/sessions/{sid}/samples", json={})
-        assert samples_during.status_code == 409
+        assert samples_during.status_code == 200  # what is committed: nothing yet
+        during = decode_samples(samples_during.content)
+        assert during.empty_reason == "no_records"
+        assert during.session_metadata["turn_in_progress"] is True
         assert (await first).status_code == 200
     info = httpx.get(f"{gateway.url}/sessions/{sid}?include_messages=true").json()
     assert info["metadata"]["num_turns"] == 1
