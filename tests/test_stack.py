@@ -30,7 +30,7 @@ class Records(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-@pytest.mark.parametrize("access_log", [True, False])
+@pytest.mark.parametrize("access_log", [True, pytest.param(False, marks=pytest.mark.slow)])
 async def test_access_log_is_one_line_per_request_when_asked(qwen3_dir: Path,
                                                              access_log: bool) -> None:
     stack = await start_stack(config(qwen3_dir, access_log=access_log, log_level="info"))

@@ -198,6 +198,7 @@ async def test_keepalive_timeout_closes_idle_connections(make_mock: MakeMock,
         writer.close()
 
 
+@pytest.mark.slow
 def test_cli_serves_with_the_new_flags() -> None:
     """``tito mock-engine --keepalive-timeout --fault``: a real process."""
     proc = start_mock(tokenizer_dir("smollm2"), "chatml", "--keepalive-timeout", "0.2",

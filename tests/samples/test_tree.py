@@ -84,6 +84,7 @@ def oracle_kept(s: TreeSession) -> set[int]:
 OPS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50)), min_size=1, max_size=14)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)

@@ -16,6 +16,7 @@ from tito.samples import decode_samples
 from tito.server.gateway import Gateway
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "thinking"), [
     ("glm47", False), ("nemotron3", False), ("deepseek_v32", True), ("deepseek_v4", True),
 ])

@@ -143,6 +143,7 @@ def test_twins_commit_as_siblings(renderer: TemplateRenderer) -> None:
     assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
 
 
+@pytest.mark.slow
 def test_a_1024_deep_chain(renderer: TemplateRenderer) -> None:
     s, history = chain(renderer, 1)
     for k in range(1, 1024):  # commit without the engine: deep, not slow

@@ -102,6 +102,7 @@ async def test_v2_equals_v1_bit_for_bit(qwen3_renderer: TemplateRenderer, qwen3_
         assert view2["metadata"]["tree"]["active_leaf"] == 8
 
 
+@pytest.mark.slow
 async def test_first_turn_retry_parity(qwen3_renderer: TemplateRenderer, qwen3_dir: Path,
                                        qwen3_self_check: dict[str, Any]) -> None:
     """A re-sent first turn: v1 rolls back to empty, v2 grows a second root with the
