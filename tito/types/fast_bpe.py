@@ -31,8 +31,9 @@ GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+
 _NORMALIZERS = (None, "NFC")
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's printable-character alphabet for bytes, inverted."""
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable-character alphabet: the character that stands for each byte in a
+    byte-level BPE vocabulary."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
                  *range(ord("®"), ord("ÿ") + 1)]
     chars = printable[:]
@@ -42,7 +43,11 @@ def _byte_decoder() -> dict[str, int]:
             printable.append(byte)
             chars.append(256 + extra)
             extra += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
+
+
+def _byte_decoder() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _pattern(pre: dict[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ import tokenizers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
 from tito.types.errors import ConfigError
+from tito.types.fast_bpe import bytes_to_unicode
 from tito.types.tokenizer import Tokenizer, load_tokenizer
 
 TEKKEN_SPECIALS = (
@@ -39,23 +40,10 @@ TEKKEN_SPECIALS = (
 )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
-
-
 def _bpe_from_ranks(ranks: dict[bytes, int], pattern: str, specials: list[tuple[int, str]],
                     *, nfc: bool) -> tokenizers.Tokenizer:
     """A byte-level BPE equivalent to a tiktoken encoding with these ranks."""
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
 
     def text(b: bytes) -> str:
         return "".join(table[x] for x in b)
@@ -159,7 +147,7 @@ def load_tekken_folder(folder: Path) -> Tokenizer:
 def _bpe_from_ranks_offset(ranks: dict[bytes, int], pattern: str,
                            names: list[str]) -> tokenizers.Tokenizer:
     """Like :func:`_bpe_from_ranks` for vocabularies whose specials come first (tekken)."""
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
 
     def text(b: bytes) -> str:
         return "".join(table[x] for x in b)
