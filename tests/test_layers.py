@@ -13,6 +13,7 @@ Bottom to top::
     engines                     SGLang client, embedded engine, mock engine
     server                      gateway service, API modules (never a concrete engine)
     client                      tracer, agent contract, rollout driver (only samples, types)
+    integrations                RL-framework adapters over the client (miles / slime)
     stack                       the one stack builder: engines + server + net
     examples                    demo agents and the mock demo
     cli                         the ``tito`` command (top)
@@ -40,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "engines": {"render", "parse", "types", "net"},
     "server": {"session", "samples", "render", "parse", "types", "config"},
     "client": {"samples", "types"},
+    "integrations": {"client", "samples", "types"},
     "stack": {"engines", "server", "session", "render", "types", "config", "net", "launch"},
     "examples": {"client", "stack", "samples", "render", "types", "config"},
     "cli": {"stack", "examples", "client", "engines", "server", "session", "samples",

@@ -19,19 +19,22 @@ from tito.samples import Sample
 
 AgentFn = Callable[..., Awaitable[dict[str, Any] | None]]
 
-# Our sampling names -> OpenAI request names.
-_OPENAI_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed"}
-_PASS_THROUGH = {"max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
-                 "presence_penalty", "frequency_penalty", "repetition_penalty",
-                 "stop_token_ids", "chat_template_kwargs"}
+OPENAI_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed"}
+"""Our sampling names -> OpenAI request names."""
+REQUEST_FIELDS = frozenset({
+    "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "stop_token_ids",
+    "chat_template_kwargs"})
+"""The sampling fields a chat request to the gateway carries (all of them are fields of
+its request model)."""
 
 
 def to_request_kwargs(sampling: dict[str, Any] | None) -> dict[str, Any]:
     """Sampling settings in OpenAI names (``max_new_tokens`` -> ``max_tokens`` ...)."""
     out: dict[str, Any] = {}
     for key, value in (sampling or {}).items():
-        name = _OPENAI_NAMES.get(key, key)
-        if name not in _PASS_THROUGH:
+        name = OPENAI_NAMES.get(key, key)
+        if name not in REQUEST_FIELDS:
             raise ValueError(f"unknown sampling setting {key!r}")
         if value is not None:
             out[name] = value
@@ -42,7 +45,7 @@ def load_agent(spec: str) -> tuple[AgentFn, Callable[[], Any] | None]:
     """``module:function`` -> (run_agent, the module's optional ``abort()``)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--agent must look like module:function, got {spec!r}")
+        raise ValueError(f"must look like module:function, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

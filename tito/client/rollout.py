@@ -131,17 +131,17 @@ def load_prompts(path: str | Path, *, limit: int | None = None) -> list[PromptIt
     return items[:limit] if limit is not None else items
 
 
-def resolve_agent(spec: str) -> tuple[AgentFn, AbortFn | None]:
+def resolve_agent(spec: str, *, flag: str = "--agent") -> tuple[AgentFn, AbortFn | None]:
     """``module:function`` or ``path/to/file.py:function`` -> (run_agent, optional abort).
 
     The current directory is importable (as with ``python -m``). Any failure is a
-    :class:`RolloutInputError` naming the problem.
+    :class:`RolloutInputError` naming ``flag`` and the problem.
     """
     module_name, sep, attr = spec.rpartition(":")
     if sep and module_name.endswith(".py"):
         file = Path(module_name)
         if not file.is_file():
-            raise RolloutInputError(f"--agent {spec!r}: no such file {module_name!r}")
+            raise RolloutInputError(f"{flag} {spec!r}: no such file {module_name!r}")
         module_name = f"_tito_agent_{file.stem}"
         try:
             spec_obj = importlib.util.spec_from_file_location(module_name, file)
@@ -150,7 +150,7 @@ def resolve_agent(spec: str) -> tuple[AgentFn, AbortFn | None]:
             sys.modules[module_name] = module
             spec_obj.loader.exec_module(module)
         except Exception as exc:
-            raise RolloutInputError(f"--agent {spec!r}: cannot load {str(file)!r}: "
+            raise RolloutInputError(f"{flag} {spec!r}: cannot load {str(file)!r}: "
                                     f"{type(exc).__name__}: {exc}") from None
         spec = f"{module_name}:{attr}"
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
@@ -158,11 +158,9 @@ def resolve_agent(spec: str) -> tuple[AgentFn, AbortFn | None]:
     try:
         return load_agent(spec)
     except ValueError as exc:
-        text = str(exc)
-        raise RolloutInputError(text if text.startswith("--agent") else f"--agent: {text}"
-                                ) from None
+        raise RolloutInputError(f"{flag}: {exc}") from None
     except Exception as exc:  # the module raised while importing (SyntaxError, ...)
-        raise RolloutInputError(f"--agent {spec!r}: importing it raised "
+        raise RolloutInputError(f"{flag} {spec!r}: importing it raised "
                                 f"{type(exc).__name__}: {exc}") from None
 
 

@@ -79,11 +79,14 @@ class SessionTracer:
 
     async def collect(self, session: TracedSession, *, max_seq_len: int | None = None,
                       metadata: dict[str, Any] | None = None,
-                      include_response: bool = True) -> DecodedSamples:
+                      include_response: bool = True,
+                      abort_on_transport_error: bool = True) -> DecodedSamples:
         """Assemble and fetch the samples, then delete the session (always).
 
         ``include_response=False`` leaves the decoded response text out of the payload
         (``Sample.response`` is None): the reply is then the tensors plus small JSON.
+        ``abort_on_transport_error=False`` raises the timeout or transport error instead
+        of returning one ABORTED sample.
         """
         body: dict[str, Any] = {"max_seq_len": max_seq_len}
         if metadata is not None:
@@ -94,6 +97,8 @@ class SessionTracer:
             try:
                 resp = await self._client.post(f"{session.base_url}/samples", json=body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
+                if not abort_on_transport_error:
+                    raise
                 log.warning("collecting %s failed: %s", session.session_id, exc)
                 return DecodedSamples([aborted_sample(f"collect failed: {exc!r}")], {}, None)
             if resp.status_code != 200:

@@ -58,10 +58,10 @@ class Sample:
     rollout_log_probs: np.ndarray | None
     """float64, ``response_length`` entries: the engine's logprob, 0.0 on bridge ids."""
     rollout_routed_experts: np.ndarray | None = None
+    """int32 ``(len(tokens) - 1, layers, top_k)`` expert ids, or None without R3."""
     rollout_indexer_topk: np.ndarray | None = None
     """int32 ``(len(tokens) - 1, indexer_layers, top_k)`` sparse-attention indexer top-k,
     or None without indexer replay."""
-    """int32 ``(len(tokens) - 1, layers, top_k)`` expert ids, or None without R3."""
     response: str | None = ""
     """The response region decoded as text (None when the collector asked to leave it out)."""
     status: SampleStatus = "completed"
