@@ -18,7 +18,7 @@ import pytest
 from support import Proc, start_gateway, tokenizer_dir
 
 from tito.client.agent import REQUEST_FIELDS, generate
-from tito.client.tracer import SessionTracer
+from tito.client.tracer import CollectError, SessionTracer
 from tito.integrations import miles
 from tito.samples import Sample
 from tito.server.openai.models import ChatCompletionRequest
@@ -222,6 +222,20 @@ async def test_legacy_form_v2_gives_a_list_sharing_the_rollout_id(v2_gateway: Pr
     assert isinstance(out, miles.GenerateOutput) and {s.rollout_id for s in out.samples} == {5}
 
 
+@pytest.mark.parametrize("option", miles.V2_REFUSED)
+async def test_options_that_need_one_sample_are_refused_on_v2(
+        v2_gateway: Proc, qwen3_stack: tuple[Proc, Proc], option: str) -> None:
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(ValueError, match=f"{flag} is not supported with the v2 sessions"):
+        await miles.generate_legacy(args_for(v2_gateway.url, "weather", **{option: True}),
+                                    input_sample(), dict(SAMPLING))
+    assert fw.calls == []  # refused before any session exists
+    _, v1_gateway = qwen3_stack  # v1 returns one sample: allowed
+    got = await miles.generate_legacy(args_for(v1_gateway.url, "silent", **{option: True}),
+                                      input_sample(), {})
+    assert got.metadata["aborted_reason"] == "empty: no_records"
+
+
 async def test_v2_single_sample_keeps_no_rollout_id(v2_gateway: Proc) -> None:
     out = await miles.generate(new_form_input(args_for(v2_gateway.url, "weather"),
                                               input_sample(index=2)))
@@ -301,3 +315,24 @@ async def test_a_collect_that_loses_the_gateway_gives_an_aborted_copy(
         gateway.stop()
     assert got.status is fw.Sample.Status.ABORTED and got.tokens == []
     assert got.metadata["aborted_reason"].startswith("collect failed: ConnectError")
+
+
+@pytest.mark.slow
+async def test_session_creation_waits_while_the_gateway_is_full(
+        qwen3_stack: tuple[Proc, Proc]) -> None:
+    engine, _ = qwen3_stack
+    gateway = start_gateway(engine.url, tokenizer_dir("qwen3"), "qwen3", "--max-sessions", "1")
+    try:
+        async with httpx.AsyncClient() as http:
+            held = (await http.post(gateway.url + "/sessions")).json()["session_id"]
+            task = asyncio.create_task(miles.generate_legacy(
+                args_for(gateway.url, "silent"), input_sample(), {}))
+            await asyncio.sleep(1.5)
+            assert not task.done() and fw.calls == []  # 429 too_many_sessions: waiting
+            await http.delete(f"{gateway.url}/sessions/{held}")
+            got = await task
+        assert got.metadata["aborted_reason"] == "empty: no_records" and len(fw.calls) == 1
+        with pytest.raises(CollectError, match="failed with 404"):  # not retried
+            await miles.create_session(SessionTracer(gateway.url + "/nope"), 5.0)
+    finally:
+        gateway.stop()

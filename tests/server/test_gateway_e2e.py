@@ -315,6 +315,7 @@ def test_session_lifecycle_models_health_metrics(stack: Any) -> None:
     assert health["status"] == "ok" and health["family"] == "qwen3"
     assert health["capabilities"]["append_only_verified"] is True
     assert len(health["instance_id"]) == 32
+    assert health["session_server_instance_id"] == health["instance_id"]  # reference name
     sid = new_session(gateway.url)
     models = client_for(gateway.url, sid).models.list()
     assert models.data[0].id == "tito-qwen3"

@@ -29,7 +29,12 @@ class TracedSession:
 
 
 class CollectError(RuntimeError):
-    """The gateway refused to assemble samples (e.g. 422); the message has its reply."""
+    """The gateway refused to create a session or to assemble samples (e.g. 422); the
+    message has its reply, ``status`` its HTTP status."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sample:
@@ -67,7 +72,8 @@ class SessionTracer:
     async def create(self) -> TracedSession:
         resp = await self._client.post(f"{self.gateway_url}/sessions")
         if resp.status_code != 200:
-            raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}")
+            raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}",
+                               status=resp.status_code)
         session_id = resp.json()["session_id"]
         return TracedSession(session_id, f"{self.gateway_url}/sessions/{session_id}")
 
@@ -104,8 +110,7 @@ class SessionTracer:
             if resp.status_code != 200:
                 raise CollectError(
                     f"POST {session.base_url}/samples failed with {resp.status_code}: "
-                    f"{resp.text[:2000]}"
-                )
+                    f"{resp.text[:2000]}", status=resp.status_code)
             return decode_samples(resp.content)
         finally:
             await self.delete(session)

@@ -53,7 +53,7 @@ import httpx
 
 from tito.client.agent import OPENAI_NAMES, REQUEST_FIELDS, AgentFn
 from tito.client.rollout import resolve_agent
-from tito.client.tracer import SessionTracer
+from tito.client.tracer import CollectError, SessionTracer, TracedSession
 from tito.samples import DecodedSamples, Sample
 
 log = logging.getLogger("tito.integrations.miles")
@@ -198,12 +198,13 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     url = random.choice(settings.urls)
     client = _client(settings)
     tracer = SessionTracer(url, timeout=settings.timeout, client=client)
-    session = await tracer.create()
+    facts = await gateway_facts(client, url)
+    check_framework_options(args, facts.get("session_version"), url)
     server_id = url.split("://", 1)[1]
     metadata = {**(getattr(sample, "metadata", None) or {}), "session_server_id": server_id}
-    instance = await _instance_id(client, url)
-    if instance is not None:
-        metadata["session_server_instance_id"] = instance
+    if "instance_id" in facts:
+        metadata["session_server_instance_id"] = facts["instance_id"]
+    session = await create_session(tracer, settings.timeout)
     if settings.max_seq_len is not None:
         metadata["max_seq_len"] = settings.max_seq_len
     agent_meta: dict[str, Any] = {}
@@ -238,6 +239,29 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     for s in samples:
         s.metadata["session_server_id"] = server_id
     return samples, as_list
+
+
+RETRY_CREATE = frozenset({429, 502, 503, 504})
+"""Statuses on which session creation is retried: too many sessions (back-pressure), the
+gateway's engine or a proxy in front of it not answering."""
+
+
+async def create_session(tracer: SessionTracer, budget: float, pause: float = 1.0
+                         ) -> TracedSession:
+    """``POST /sessions``, retried every ``pause`` seconds for up to ``budget`` seconds
+    while the gateway cannot be reached or answers a status of :data:`RETRY_CREATE`
+    (a gateway restarting, or full): a trajectory waits rather than failing the rollout.
+    Anything else (401, a bad URL path) raises at once."""
+    deadline = asyncio.get_running_loop().time() + budget
+    while True:
+        try:
+            return await tracer.create()
+        except (httpx.TransportError, CollectError) as exc:
+            retry = not isinstance(exc, CollectError) or exc.status in RETRY_CREATE
+            if not retry or asyncio.get_running_loop().time() + pause > deadline:
+                raise
+            log.info("creating a session on %s failed (%s); retrying", tracer.gateway_url, exc)
+        await asyncio.sleep(pause)
 
 
 def framework_samples(decoded: DecodedSamples, template: Any, agent_meta: dict[str, Any]
@@ -417,22 +441,38 @@ def _client(settings: Settings) -> httpx.AsyncClient:
     return client
 
 
-_instance_ids: dict[str, str] = {}
+_facts: dict[str, dict[str, Any]] = {}
 
 
-async def _instance_id(client: httpx.AsyncClient, url: str) -> str | None:
-    """The gateway's ``instance_id`` (from ``/health``, once per URL); None when it does
-    not answer (the samples' metadata gets it from the collection anyway)."""
-    known = _instance_ids.get(url)
+async def gateway_facts(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    """The gateway's ``instance_id`` and ``session_version`` (from ``/health``, once per
+    URL); empty when it does not answer (then asked again next time)."""
+    known = _facts.get(url)
     if known is None:
         try:
-            reply = await client.get(f"{url}/health")
-            known = reply.json().get("instance_id")
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        if isinstance(known, str):
-            _instance_ids[url] = known
-    return known if isinstance(known, str) else None
+            body = (await client.get(f"{url}/health")).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        if not isinstance(body, dict) or not isinstance(body.get("instance_id"), str):
+            return {}
+        known = {"instance_id": body["instance_id"],
+                 "session_version": body.get("session_version")}
+        _facts[url] = known
+    return known
+
+
+V2_REFUSED = ("group_rm", "recompute_logprobs_via_prefill")
+"""The framework's options that need one sample per trajectory (refused against v2)."""
+
+
+def check_framework_options(args: Any, session_version: str | None, url: str) -> None:
+    if session_version != "v2":
+        return
+    for name in V2_REFUSED:
+        if getattr(args, name, False):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} is not supported with the v2 sessions of {url}: a v2 "
+                             "trajectory returns a list of samples")
 
 
 async def aclose_clients() -> None:

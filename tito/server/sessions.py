@@ -28,6 +28,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
     return json_response({
         "status": "ok" if engine_error is None else "degraded",
         "instance_id": gateway.instance_id,
+        "session_server_instance_id": gateway.instance_id,  # the reference's name
         "engine": {"name": gateway.engine.name,
                    "url": getattr(gateway.engine, "url", None),
                    "ok": engine_error is None, "error": engine_error},
