@@ -1,4 +1,6 @@
-"""The pinned public API: ``tito.__all__`` is the client surface, and docs import only it."""
+"""The pinned public API: ``tito.__all__`` is the client surface, plus each framework
+integration's ``__all__`` (loaded by path, e.g. ``tito.integrations.miles.generate``);
+docs import only these."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 
 import tito
+from tito.integrations import miles
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,10 +26,19 @@ PUBLIC = [
     "decode_samples",
     "generate",
 ]
+INTEGRATIONS = {
+    "tito.integrations.miles": ["GenerateOutput", "LegacyGenerateAdapter", "add_arguments",
+                                "generate", "generate_legacy", "load_generate_function"],
+}
 
 
 def test_all_is_pinned() -> None:
     assert tito.__all__ == PUBLIC, "changing the public API? update PUBLIC and the docs"
+
+
+def test_integrations_are_pinned() -> None:
+    assert miles.__all__ == INTEGRATIONS["tito.integrations.miles"]
+    assert all(getattr(miles, name) is not None for name in miles.__all__)
 
 
 def test_every_public_name_resolves_to_its_implementation() -> None:
@@ -64,9 +76,11 @@ def test_docs_import_only_the_public_api() -> None:
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         for match in pattern.finditer(doc.read_text()):
             line = match.group(1).strip()
-            if not line.startswith("from tito import "):
+            module, _, imported = line.removeprefix("from ").partition(" import ")
+            public = PUBLIC if module == "tito" else INTEGRATIONS.get(module)
+            if public is None:
                 found.append(f"{doc.name}: {line}")
             else:
-                names = [n.strip() for n in line.removeprefix("from tito import ").split(",")]
-                found += [f"{doc.name}: {n} is not public" for n in names if n not in PUBLIC]
+                names = [n.strip() for n in imported.split(",")]
+                found += [f"{doc.name}: {n} is not public" for n in names if n not in public]
     assert not found, "\n".join(found)

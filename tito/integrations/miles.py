@@ -56,6 +56,16 @@ from tito.client.rollout import resolve_agent
 from tito.client.tracer import CollectError, SessionTracer, TracedSession
 from tito.samples import DecodedSamples, Sample
 
+__all__ = [
+    "GenerateOutput",
+    "LegacyGenerateAdapter",
+    "add_arguments",
+    "generate",
+    "generate_legacy",
+    "load_generate_function",
+]
+"""The public names (the framework loads ``generate`` / ``generate_legacy`` by path)."""
+
 log = logging.getLogger("tito.integrations.miles")
 
 ENV_URL = "TITO_URL"
