@@ -61,10 +61,11 @@ def test_a_vocabulary_that_differs_is_refused(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_tokenizer_switches_once_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     tok = load_tokenizer(tokenizer_dir("qwen3"))
+    assert tok.fast_state == "off"
     thread = tok.start_fast_encoder()
     assert thread is not None
     thread.join()
-    assert tok.fast is not None
+    assert tok.fast is not None and tok.fast_state == "ready"
     text = "<|im_start|>user\nhello there<|im_end|>\n"
     assert tok.encode(text) == tok.backend.encode(text, add_special_tokens=False).ids
     monkeypatch.setenv("TITO_FAST_BPE", "0")

@@ -45,6 +45,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
             **gateway.renderer.capability_report(),
             "append_only_verified": bool(gateway.self_check.get("passed")),
             "fast_encoder": gateway.renderer.tokenizer.fast is not None,
+            "fast_encoder_state": gateway.renderer.tokenizer.fast_state,
             "self_check": gateway.self_check,
         },
     }, status=200 if engine_error is None else 503)

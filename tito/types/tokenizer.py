@@ -77,6 +77,17 @@ class Tokenizer:
         )
         return cls(backend, chat_template, eos_token, name, special)
 
+    @property
+    def fast_state(self) -> str:
+        """``ready``, ``building`` (in its background thread), ``unavailable`` (another
+        model shape, or the equivalence check failed) or ``off`` (never started, or
+        ``TITO_FAST_BPE=0``)."""
+        if self.fast is not None:
+            return "ready"
+        if self._fast_thread is None:
+            return "off"
+        return "building" if self._fast_thread.is_alive() else "unavailable"
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token text is recognised, nothing is inserted."""
         fast = self.fast
