@@ -14,7 +14,7 @@ import pytest
 from tito.net import AppServer, bind_tcp
 from tito.server.app import create_app
 from tito.server.gateway import Gateway
-from tito.server.openai.serving import OFFLOAD_BYTES
+from tito.server.serving import OFFLOAD_BYTES
 
 
 async def test_a_big_request_does_not_block_other_sessions(

@@ -33,8 +33,8 @@ class RetryKey:
     key: str | None
     """The ``Idempotency-Key`` header, if any."""
     digest: tuple[int, int]
-    """Length and hash of the request body (Python's keyed 64-bit SipHash: a few µs for a
-    long history, where a cryptographic hash costs tens)."""
+    """Length and hash of the route and the request body (Python's keyed 64-bit SipHash: a
+    few µs for a long history, where a cryptographic hash costs tens)."""
     sdk_retry: bool
     """``x-stainless-retry-count`` > 0: the SDK repeats a request it got no answer to."""
 
@@ -42,7 +42,7 @@ class RetryKey:
     def of(cls, request: Request, body: bytes) -> RetryKey:
         count = request.headers.get("x-stainless-retry-count", "0").strip()
         return cls(request.headers.get("idempotency-key"),
-                   (len(body), hash(body)),
+                   (len(body), hash((request.url.path, body))),
                    count.isdigit() and int(count) > 0)
 
     def repeats(self, other: RetryKey) -> bool:

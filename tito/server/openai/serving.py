@@ -18,8 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import cancel_on_disconnect, decode_json, read_body
-from tito.server.idempotency import RetryKey, TurnReplies
+from tito.server.http import decode_json
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -34,12 +33,11 @@ from tito.server.openai.models import (
     ToolCallOut,
     parse_chat_request,
 )
+from tito.server.serving import read_turn_body, run_api_turn
 from tito.types.engine import SamplingParams
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
-OFFLOAD_BYTES = 256 * 1024
-"""Request bodies above this size are decoded, validated and rendered off the event loop."""
 
 
 # -- request -> core ---------------------------------------------------------------------
@@ -142,29 +140,14 @@ def decode_chat(body: bytes, known: list[Message], max_depth: int
 
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
-    raw = await read_body(request, gateway.config.max_body_bytes)
-    # a big body is decoded, validated and rendered in a worker thread (design §3.2)
-    heavy = len(raw) > OFFLOAD_BYTES
     known, depth = list(session.messages), gateway.config.max_json_depth
-    data, chat = await gateway.offload(decode_chat, raw, known, depth) if heavy else \
-        decode_chat(raw, known, depth)
+    raw, heavy, (data, chat) = await read_turn_body(
+        gateway, request, lambda body: decode_chat(body, known, depth))
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
-    retry = RetryKey.of(request, raw)
-    replies = TurnReplies.of(session)
-    answer = await replies.replay(retry)
-    if answer is not None:
-        gateway.metrics.inc("idempotent_replays_total")
-        return reply(answer, chat)
-    running = replies.start(retry)
-    try:
-        outcome = await cancel_on_disconnect(
-            request, gateway.run_turn(session, turn_request(data, chat), params, heavy=heavy,
-                                      response_id=f"chatcmpl-{uuid.uuid4().hex}"))
-        body = completion(outcome, gateway.model_name)
-    except BaseException as exc:
-        replies.finish(retry, running, None, exc)
-        raise
-    replies.finish(retry, running, body, None)
+    body = await run_api_turn(
+        gateway, request, session, raw, turn_request(data, chat), params, heavy=heavy,
+        response_id=f"chatcmpl-{uuid.uuid4().hex}",
+        build=lambda outcome: completion(outcome, gateway.model_name))
     return reply(body, chat)
 
 

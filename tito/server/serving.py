@@ -1,0 +1,64 @@
+"""The serving core every API module shares (design §3.2): read a turn's body, run the
+turn with idempotent retries and disconnect handling, and give the API its outcome.
+
+An API module (:mod:`tito.server.openai`, :mod:`tito.server.anthropic`,
+:mod:`tito.server.responses`) only converts: its request into a
+:class:`~tito.types.messages.TurnRequest` and :class:`~tito.types.engine.SamplingParams`,
+and the :class:`~tito.server.gateway.TurnOutcome` into its own reply body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from tito.server.gateway import Gateway, TurnOutcome
+from tito.server.http import cancel_on_disconnect, read_body
+from tito.server.idempotency import RetryKey, TurnReplies
+from tito.session import Session
+from tito.types.engine import SamplingParams
+from tito.types.messages import TurnRequest
+
+B = TypeVar("B")
+R = TypeVar("R")
+
+OFFLOAD_BYTES = 256 * 1024
+"""Request bodies above this size are decoded, validated and rendered off the event loop."""
+
+
+async def read_turn_body(gateway: Gateway, request: Request, decode: Callable[[bytes], R]
+                         ) -> tuple[bytes, bool, R]:
+    """(raw body, heavy, decoded): a body over :data:`OFFLOAD_BYTES` is *heavy*: decoded
+    (and later rendered and parsed) in the worker pool, so it never stalls other sessions."""
+    raw = await read_body(request, gateway.config.max_body_bytes)
+    heavy = len(raw) > OFFLOAD_BYTES
+    decoded = await gateway.offload(decode, raw) if heavy else decode(raw)
+    return raw, heavy, decoded
+
+
+async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw: bytes,
+                       turn: TurnRequest, params: SamplingParams, *, heavy: bool,
+                       response_id: str, build: Callable[[TurnOutcome], B]) -> B:
+    """Run one turn and return ``build(outcome)``; a retry of the running or the last
+    answered turn (``Idempotency-Key``, or an SDK retry of the same body) gets that turn's
+    body instead of a second generation. A client that disconnects cancels the turn (the
+    engine request is aborted, nothing is stored)."""
+    retry = RetryKey.of(request, raw)
+    replies = TurnReplies.of(session)
+    answer = await replies.replay(retry)
+    if answer is not None:
+        gateway.metrics.inc("idempotent_replays_total")
+        return answer
+    running = replies.start(retry)
+    try:
+        outcome = await cancel_on_disconnect(
+            request, gateway.run_turn(session, turn, params, heavy=heavy,
+                                      response_id=response_id))
+        body = build(outcome)
+    except BaseException as exc:
+        replies.finish(retry, running, None, exc)
+        raise
+    replies.finish(retry, running, body, None)
+    return body
