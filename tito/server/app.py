@@ -1,9 +1,10 @@
 """The app factory: every API module's routes over one :class:`Gateway` (design §7).
 
-Routes: one sibling module per API (:mod:`tito.server.openai`: matched first, they serve
-every turn), then the session routes (:mod:`tito.server.sessions`), then the catch-all
-for unknown paths of a known session.
-Starlette's own 404/405 answers use the OpenAI envelope too.
+Routes: one sibling package per API (:mod:`tito.server.openai` Chat Completions,
+:mod:`tito.server.anthropic` Messages, :mod:`tito.server.responses` Responses: matched
+first, they serve every turn), then the session routes (:mod:`tito.server.sessions`), then
+the catch-all for unknown paths of a known session. Refusals at the door and Starlette's
+own 404/405 answers use the envelope of the path's API (:func:`api_of`).
 """
 
 from __future__ import annotations
@@ -18,23 +19,29 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server import openai, sessions
+from tito.server import anthropic, openai, sessions
 from tito.server.api import Api
 from tito.server.door import Door
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
-APIS: tuple[Api, ...] = (openai.API, sessions.API)
+APIS: tuple[Api, ...] = (openai.API, anthropic.API, sessions.API)
 """In routing order: the per-turn API routes first (Starlette tries routes in order)."""
 
 
+def api_of(path: str) -> Api:
+    """The API whose error envelope answers for ``path`` (Anthropic's under
+    ``/v1/messages``, OpenAI's everywhere else)."""
+    return anthropic.API if "/v1/messages" in path else openai.API
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's routing errors (no route, wrong method) in the OpenAI envelope."""
+    """Starlette's routing errors (no route, wrong method) in the path's API envelope."""
     assert isinstance(exc, HTTPException)
     text = f"{exc.detail}: {request.method} {request.url.path}"
     error: TitoError = MethodNotAllowed(text) if exc.status_code == 405 else \
         NotFound(text, code="unknown_route")
-    return openai.API.error_response(error, exc.status_code)
+    return api_of(request.url.path).error_response(error, exc.status_code)
 
 
 def create_app(gateway: Gateway) -> Starlette:
@@ -60,4 +67,5 @@ def create_app(gateway: Gateway) -> Starlette:
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(Door, gateway=gateway)], lifespan=lifespan)
+                     middleware=[Middleware(Door, gateway=gateway, api_of=api_of)],
+                     lifespan=lifespan)

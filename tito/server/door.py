@@ -18,7 +18,7 @@ Refusals use the OpenAI error envelope and are counted in ``/metrics``.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -34,6 +34,7 @@ from tito.types.errors import (
 )
 
 if TYPE_CHECKING:
+    from tito.server.api import Api
     from tito.server.gateway import Gateway
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -64,9 +65,12 @@ def _host_name(value: str) -> str:
 
 
 class Door:
-    def __init__(self, app: ASGIApp, *, gateway: Gateway) -> None:
+    def __init__(self, app: ASGIApp, *, gateway: Gateway,
+                 api_of: Callable[[str], Api] = lambda path: openai.API) -> None:
+        """``api_of(path)``: the API whose error envelope a refusal of ``path`` uses."""
         self.app = app
         self.gateway = gateway
+        self.api_of = api_of
         config = gateway.config
         self.hosts = allowed_host_names(config.allowed_hosts, config.host)
         self.any_host = "*" in self.hosts
@@ -81,9 +85,10 @@ class Door:
         if error is None:
             await self.app(scope, receive, send)
             return
-        status = openai.API.status_of(error)
+        api = self.api_of(scope["path"])
+        status = api.status_of(error)
         self.gateway.metrics.error(status, error.code)
-        await openai.API.error_response(error, status)(scope, receive, send)
+        await api.error_response(error, status)(scope, receive, send)
 
     def refusal(self, scope: Scope) -> TitoError | None:
         headers = dict(scope["headers"])
