@@ -13,7 +13,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -41,7 +41,9 @@ from tito.types.engine import (
     PauseMode,
     ReplayRequest,
     SamplingParams,
+    StreamChunk,
     check_output,
+    stream_generate,
 )
 from tito.types.errors import BadRequest, ConfigError, EngineError, TitoError
 from tito.types.hooks import load_function
@@ -58,6 +60,16 @@ DEFAULT_POSTPROCESSOR = "tito.samples.tree:train_once"
 PARSE_INLINE_MAX = 4096
 """Completions longer than this many ids are parsed in the worker pool."""
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A planned turn about to meet the engine."""
+
+    plan: TurnPlan
+    params: SamplingParams
+    replay: ReplayRequest | None
+    rid: str
 
 
 @dataclass(slots=True)
@@ -177,52 +189,102 @@ class Gateway:
         """One turn; ``heavy``: render the prompt (and parse the reply) off the event loop.
         ``response_id``: the API response's id (v2 nodes keep it: the join key between
         an agent's branch and its leaf)."""
+        turn = await self._start_turn(session, request, params, heavy, response_id)
+        try:
+            try:
+                result = await self.engine.generate(turn.plan.prompt_ids, turn.params,
+                                                    turn.rid, replay=turn.replay)
+            except asyncio.CancelledError:  # the client went away: stop the engine too
+                self._abort_later(turn.rid)
+                raise
+            return await self._finish_turn(session, turn, result, heavy)
+        except BaseException:
+            session.release(turn.plan)
+            raise
+
+    async def run_turn_stream(self, session: Session, request: TurnRequest,
+                              params: SamplingParams, *, heavy: bool = False,
+                              response_id: str | None = None
+                              ) -> AsyncIterator[StreamChunk | TurnOutcome]:
+        """One turn, streamed: :class:`StreamChunk` s (the output ids so far) as the engine
+        generates, then the :class:`TurnOutcome` once the turn is **committed** (so a
+        client that reads the terminal event and sends its next turn at once extends the
+        committed state). Closing the iterator early (a client that left) aborts the
+        engine request and leaves the session as it was. The record is the one
+        :meth:`run_turn` would store."""
+        turn = await self._start_turn(session, request, params, heavy, response_id)
+        finished = False
+        try:
+            result: GenerateResult | None = None
+            async for chunk in stream_generate(self.engine, turn.plan.prompt_ids,
+                                               turn.params, turn.rid, replay=turn.replay):
+                if chunk.result is not None:
+                    result = chunk.result
+                    break
+                yield chunk
+            finished = True
+            if result is None:
+                raise EngineError(f"the engine stream of {turn.rid} ended without a result",
+                                  code="engine_protocol_error")
+            outcome = await self._finish_turn(session, turn, result, heavy)
+        except BaseException:
+            if not finished:
+                self._abort_later(turn.rid)
+            session.release(turn.plan)
+            raise
+        yield outcome
+
+    async def _start_turn(self, session: Session, request: TurnRequest,
+                          params: SamplingParams, heavy: bool,
+                          response_id: str | None) -> _Turn:
+        """Plan the turn (the session is claimed until it is committed or released) and
+        settle its engine request; while the engine is paused, wait (held, not failed)."""
         plan = await self._plan(session, request, heavy)
         plan.response_id = response_id
-        if self.config.max_prompt_tokens is not None and \
-                len(plan.prompt_ids) > self.config.max_prompt_tokens:
-            session.release(plan)
-            raise BadRequest(f"the prompt has {len(plan.prompt_ids)} tokens, over "
-                             f"--max-prompt-tokens {self.config.max_prompt_tokens}",
-                             code="prompt_too_long")
-        rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
         try:
+            if self.config.max_prompt_tokens is not None and \
+                    len(plan.prompt_ids) > self.config.max_prompt_tokens:
+                raise BadRequest(f"the prompt has {len(plan.prompt_ids)} tokens, over "
+                                 f"--max-prompt-tokens {self.config.max_prompt_tokens}",
+                                 code="prompt_too_long")
+            rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
             params = await self._sampling(params, len(plan.prompt_ids))
             replay = self._replay(plan)
-            if not self._unpaused.is_set():  # held, not failed, while the engine is paused
+            if not self._unpaused.is_set():
                 self.metrics.inc("turns_held_total")
                 await self._unpaused.wait()
-            try:
-                result = await self.engine.generate(plan.prompt_ids, params, rid,
-                                                    replay=replay)
-            except asyncio.CancelledError:  # the client went away: stop the engine too
-                self._abort_later(rid)
-                raise
-            output = check_output(result, self.vocab_size)
-            routed, indexer = self._replay_rows(replay, result, plan, output)
-            if heavy or len(output.ids) > PARSE_INLINE_MAX:
-                parsed = await self.offload(self.renderer.parse, result.output_ids,
-                                            result.finish_reason)
-            else:
-                parsed = self.renderer.parse(result.output_ids, result.finish_reason)
-            record = None
-            if session.closed:
-                session.release(plan)  # deleted while the engine ran: reply, store nothing
-            else:
-                turn = session.prepare_commit(
-                    plan, result, output, parsed.to_message(), routed=routed,
-                    routed_start=0 if replay is None else replay.start_len, indexer=indexer)
-                await self._store_turn(session, turn, plan)
-                record = turn.record
         except BaseException:
             session.release(plan)
             raise
+        return _Turn(plan, params, replay, rid)
+
+    async def _finish_turn(self, session: Session, turn: _Turn, result: GenerateResult,
+                           heavy: bool) -> TurnOutcome:
+        """Check the engine's output, parse it and commit the turn (the caller releases
+        the plan if this raises)."""
+        plan, replay = turn.plan, turn.replay
+        output = check_output(result, self.vocab_size)
+        routed, indexer = self._replay_rows(replay, result, plan, output)
+        if heavy or len(output.ids) > PARSE_INLINE_MAX:
+            parsed = await self.offload(self.renderer.parse, result.output_ids,
+                                        result.finish_reason)
+        else:
+            parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+        record = None
+        if session.closed:
+            session.release(plan)  # deleted while the engine ran: reply, store nothing
+        else:
+            commit = session.prepare_commit(
+                plan, result, output, parsed.to_message(), routed=routed,
+                routed_start=0 if replay is None else replay.start_len, indexer=indexer)
+            await self._store_turn(session, commit, plan)
+            record = commit.record
         self.metrics.inc("turns_total")
         self.metrics.inc("generated_tokens_total", len(result.output_ids))
         self.metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
         if plan.rolled_back:
             self.metrics.inc("rollbacks_total")
-        return TurnOutcome(parsed, result, record, len(plan.prompt_ids), response_id)
+        return TurnOutcome(parsed, result, record, len(plan.prompt_ids), plan.response_id)
 
     def _replay(self, plan: TurnPlan) -> ReplayRequest | None:
         """What the engine must return for routing/indexer replay (None: replay is off)."""

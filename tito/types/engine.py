@@ -8,7 +8,7 @@ are the truth.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -90,6 +90,48 @@ class GenerateResult:
                 f"engine returned {len(self.output_ids)} output ids but "
                 f"{len(self.logprobs)} logprobs"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One step of a streamed generation: the output ids generated so far (cumulative)
+    and, on the last chunk only, the whole result."""
+
+    output_ids: Sequence[int]
+    result: GenerateResult | None = None
+
+
+class StreamingEngine(Protocol):
+    """An engine that also streams (SGLang ``/generate`` with ``stream: true``, the
+    embedded engine). Engines without it are streamed as one final chunk
+    (:func:`stream_generate`)."""
+
+    def generate_stream(
+        self,
+        input_ids: TokenIds,
+        params: SamplingParams,
+        rid: str,
+        *,
+        replay: ReplayRequest | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Chunks as ids arrive; the last one carries the :class:`GenerateResult` (the same
+        one :meth:`Engine.generate` would return). Closing the iterator early aborts the
+        request on the engine."""
+        ...
+
+
+async def stream_generate(engine: Engine, input_ids: TokenIds, params: SamplingParams,
+                          rid: str, *, replay: ReplayRequest | None = None
+                          ) -> AsyncIterator[StreamChunk]:
+    """Stream from ``engine``: its own ``generate_stream`` when it has one, else one final
+    chunk from ``generate``."""
+    streaming = getattr(engine, "generate_stream", None)
+    if streaming is None:
+        result = await engine.generate(input_ids, params, rid, replay=replay)
+        yield StreamChunk(result.output_ids, result)
+        return
+    async for chunk in streaming(input_ids, params, rid, replay=replay):
+        yield chunk
 
 
 @runtime_checkable
