@@ -146,10 +146,30 @@ def test_six_turn_tool_agent_exact_sample(stack: Any) -> None:
     assert decoded.session_metadata["num_turns"] == 6
 
 
+def accumulate(chunks: list[Any]) -> tuple[Any, Any, list[Any], Any]:
+    """(content, reasoning, [(index, name, arguments)], finish_reason) of a streamed
+    completion, its deltas put together as a client does."""
+    content, reasoning, finish = "", "", None
+    calls: dict[int, list[Any]] = {}
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        reasoning += getattr(delta, "reasoning_content", None) or ""
+        for call in delta.tool_calls or []:
+            entry = calls.setdefault(call.index, [None, ""])
+            entry[0] = entry[0] or call.function.name
+            entry[1] += call.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    return (content or None, reasoning or None,
+            [(i, name, json.loads(args)) for i, (name, args) in sorted(calls.items())], finish)
+
+
 def test_stream_and_non_stream_equivalent(stack: Any) -> None:
     _engine, gateway = stack
-    prompt = [{"role": "user", "content": 'THINK hmm\nCALL get_weather {"city": "Oslo"}\n'
-               'CALL calculator {"expression": "1+1"}'}]
+    prompt = [{"role": "user", "content": 'THINK hmm, two tools\nSAY Let me check.\n'
+               'CALL get_weather {"city": "Oslo"}\nCALL calculator {"expression": "1+1"}'}]
     results = []
     for stream in (False, True):
         sid = new_session(gateway.url)
@@ -157,12 +177,8 @@ def test_stream_and_non_stream_equivalent(stack: Any) -> None:
         if stream:
             chunks = list(client.chat.completions.create(model="m", messages=prompt,
                                                          tools=TOOLS, stream=True))
-            assert len(chunks) == 1
-            delta = chunks[0].choices[0].delta
-            calls = [(c.index, c.function.name, json.loads(c.function.arguments))
-                     for c in delta.tool_calls]
-            results.append((delta.content, getattr(delta, "reasoning_content", None), calls,
-                            chunks[0].choices[0].finish_reason))
+            assert len(chunks) > 3  # role, text deltas, tool calls, finish
+            results.append(accumulate(chunks))
         else:
             r = client.chat.completions.create(model="m", messages=prompt, tools=TOOLS)
             m = r.choices[0].message
@@ -171,7 +187,7 @@ def test_stream_and_non_stream_equivalent(stack: Any) -> None:
             results.append((m.content, getattr(m, "reasoning_content", None), calls,
                             r.choices[0].finish_reason))
     assert results[0] == results[1]
-    assert results[0][2][1][1] == "calculator"
+    assert results[0][2][1][1] == "calculator" and results[0][3] == "tool_calls"
 
 
 def test_stream_include_usage_raw_sse(stack: Any) -> None:
@@ -182,8 +198,13 @@ def test_stream_include_usage_raw_sse(stack: Any) -> None:
         "stream_options": {"include_usage": True}})
     assert resp.headers["content-type"].startswith("text/event-stream")
     events = [line[6:] for line in resp.text.split("\n\n") if line.startswith("data: ")]
-    assert events[-1] == "[DONE]" and len(events) == 3
-    assert json.loads(events[1])["usage"]["completion_tokens"] > 0
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["usage"]["completion_tokens"] > 0
+    assert json.loads(events[-3])["choices"][0]["finish_reason"] == "stop"
+    assert json.loads(events[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in events[:-2])
+    assert text == "hi"
 
 
 def test_retry_rollback_first_and_later_turns(stack: Any) -> None:

@@ -22,6 +22,7 @@ import errno
 import math
 import time
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -37,6 +38,7 @@ from tito.types.engine import (
     PauseMode,
     ReplayRequest,
     SamplingParams,
+    StreamChunk,
     TokenIds,
     WeightSpan,
 )
@@ -397,6 +399,31 @@ _ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
     "tito_sglang_attempt", default=None)
 
 
+async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream."""
+    async for line in content:
+        line = line.strip()
+        if line.startswith(b"data:"):
+            yield line[5:].strip()
+
+
+def _stream_event(data: bytes, rid: str, seen: int) -> tuple[dict[str, Any], list[Any]]:
+    """One cumulative stream chunk: (the event, its output ids so far)."""
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise protocol_error(f"stream event for {rid} is not JSON: {exc}") from exc
+    if not isinstance(event, dict):
+        raise protocol_error(f"stream event for {rid} is not an object")
+    if "error" in event:
+        raise EngineError(f"engine stream error: {_error_text(data)}")
+    ids = event.get("output_ids")
+    if not isinstance(ids, list) or len(ids) < seen:
+        raise protocol_error(f"stream chunk for {rid}: output_ids must grow cumulatively "
+                             "(run SGLang without --incremental-streaming-output)")
+    return event, ids
+
+
 class _PoolConnector(aiohttp.TCPConnector):
     """A TCPConnector that tells the running :class:`_Attempt` whether the connection it
     hands out was handed out before (a pooled keep-alive connection). Cheaper than an
@@ -455,8 +482,10 @@ class SGLangEngine:
 
     def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
                  keepalive_timeout: float = 4.0, vocab_size: int | None = None,
-                 lora_path: str | None = None):
+                 lora_path: str | None = None, stream_interval: int = 1):
         self.url = url.rstrip("/")
+        self.stream_interval = stream_interval
+        """Ids per stream chunk of a streamed turn (SGLang ``stream_interval``)."""
         self.lora_path = lora_path
         """LoRA adapter name sent as ``lora_path`` on every request (``--lora-name``)."""
         self.timeout = timeout
@@ -540,21 +569,18 @@ class SGLangEngine:
         return await self._request("POST", path, orjson.dumps(payload, option=_JSON_OPTS))
 
     # -- generation --------------------------------------------------------------------
-    async def generate(
-        self,
-        input_ids: TokenIds,
-        params: SamplingParams,
-        rid: str,
-        *,
-        replay: ReplayRequest | None = None,
-    ) -> GenerateResult:
+    def _generate_payload(self, input_ids: TokenIds, params: SamplingParams, rid: str,
+                          replay: ReplayRequest | None, *, stream: bool) -> bytes:
+        sampling = sampling_payload(params)
+        if stream:
+            sampling["stream_interval"] = self.stream_interval
         payload: dict[str, Any] = {
             "input_ids": input_ids,
             "rid": rid,
-            "sampling_params": sampling_payload(params),
+            "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,
-            "stream": False,
+            "stream": stream,
         }
         if self.lora_path is not None:
             payload["lora_path"] = self.lora_path
@@ -563,15 +589,30 @@ class SGLangEngine:
             payload["routed_experts_start_len"] = replay.start_len
         if replay is not None and replay.indexer_topk:
             payload["return_indexer_topk"] = True
+        return orjson.dumps(payload, option=_JSON_OPTS)
+
+    @staticmethod
+    def _refusal(status: int, body: bytes) -> EngineError:
+        message = _error_text(body)
+        if 400 <= status < 500:
+            return EngineRejected(f"engine rejected the request: {message}",
+                                  engine_status=status)
+        return EngineError(f"engine answered HTTP {status}: {message}")
+
+    async def generate(
+        self,
+        input_ids: TokenIds,
+        params: SamplingParams,
+        rid: str,
+        *,
+        replay: ReplayRequest | None = None,
+    ) -> GenerateResult:
         start = time.perf_counter()
-        status, body = await self._request("POST", "/generate",
-                                           orjson.dumps(payload, option=_JSON_OPTS))
+        status, body = await self._request(
+            "POST", "/generate", self._generate_payload(input_ids, params, rid, replay,
+                                                        stream=False))
         if status != 200:
-            message = _error_text(body)
-            if 400 <= status < 500:
-                raise EngineRejected(f"engine rejected the request: {message}",
-                                     engine_status=status)
-            raise EngineError(f"engine answered HTTP {status}: {message}")
+            raise self._refusal(status, body)
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -580,6 +621,48 @@ class SGLangEngine:
         if result.e2e_latency is None:
             result.e2e_latency = time.perf_counter() - start
         return result
+
+    async def generate_stream(
+        self,
+        input_ids: TokenIds,
+        params: SamplingParams,
+        rid: str,
+        *,
+        replay: ReplayRequest | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """``/generate`` with ``stream: true`` (``stream_interval`` ids per chunk). SGLang's
+        default streaming is cumulative (each chunk holds every id so far; not
+        ``--incremental-streaming-output``): a chunk that does not extend the previous one
+        is an ``engine_protocol_error``. The final chunk (a ``finish_reason``) is checked
+        as a whole reply. Not retried: a stream is not resent."""
+        start = time.perf_counter()
+        body = self._generate_payload(input_ids, params, rid, replay, stream=True)
+        path = "/generate"
+        try:
+            async with self._client().post(self.url + path, data=body, headers=_JSON_HEADERS,
+                                           timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    raise self._refusal(resp.status, await resp.read())
+                seen = 0
+                async for data in _sse_data(resp.content):
+                    if data == b"[DONE]":
+                        break
+                    event, ids = _stream_event(data, rid, seen)
+                    seen = len(ids)
+                    meta = event.get("meta_info")
+                    if isinstance(meta, dict) and meta.get("finish_reason") is not None:
+                        result = parse_generate_response(event, rid=rid,
+                                                         vocab_size=self.vocab_size)
+                        if result.e2e_latency is None:
+                            result.e2e_latency = time.perf_counter() - start
+                        yield StreamChunk(result.output_ids, result)
+                        return
+                    yield StreamChunk(ids)
+        except TimeoutError as exc:
+            raise self._timed_out(path, self._timeout) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._transport_error(path, exc) from exc
+        raise protocol_error(f"the stream of {rid} ended without a finish_reason")
 
     # -- information -------------------------------------------------------------------
     async def context_length(self) -> int | None:

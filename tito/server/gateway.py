@@ -13,7 +13,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -205,7 +205,7 @@ class Gateway:
     async def run_turn_stream(self, session: Session, request: TurnRequest,
                               params: SamplingParams, *, heavy: bool = False,
                               response_id: str | None = None
-                              ) -> AsyncIterator[StreamChunk | TurnOutcome]:
+                              ) -> AsyncGenerator[StreamChunk | TurnOutcome, None]:
         """One turn, streamed: :class:`StreamChunk` s (the output ids so far) as the engine
         generates, then the :class:`TurnOutcome` once the turn is **committed** (so a
         client that reads the terminal event and sends its next turn at once extends the

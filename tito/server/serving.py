@@ -9,17 +9,23 @@ and the :class:`~tito.server.gateway.TurnOutcome` into its own reply body.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
 
+from tito.parse.stream import Delta, DeltaStream, Parse
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, read_body
 from tito.server.idempotency import RetryKey, TurnReplies
 from tito.session import Session
-from tito.types.engine import SamplingParams
+from tito.types.engine import SamplingParams, StreamChunk
 from tito.types.messages import TurnRequest
+
+log = logging.getLogger("tito.server")
 
 B = TypeVar("B")
 R = TypeVar("R")
@@ -62,3 +68,58 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
         raise
     replies.finish(retry, running, body, None)
     return body
+
+
+# -- streaming ---------------------------------------------------------------------------
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass
+class TurnStream:
+    """A streamed turn whose first event has arrived: planning and engine refusals were
+    raised before any byte was sent (so they are ordinary error replies)."""
+
+    events: AsyncGenerator[StreamChunk | TurnOutcome, None]
+    first: StreamChunk | TurnOutcome
+
+    async def deltas(self, parse: Parse, every: int) -> AsyncIterator[Delta | TurnOutcome]:
+        """Text deltas as the engine generates (see :mod:`tito.parse.stream`), then the
+        rest of the committed message's text, then the committed outcome."""
+        stream = DeltaStream(parse, every=every)
+        event: StreamChunk | TurnOutcome = self.first
+        while True:
+            if isinstance(event, TurnOutcome):
+                rest = stream.finish(event.parsed)
+                if rest.reasoning or rest.content:
+                    yield rest
+                if stream.diverged:
+                    log.warning("%s: the streamed %s differs from the committed message",
+                                event.response_id, " and ".join(stream.diverged))
+                yield event
+                return
+            delta = stream.update(event.output_ids)
+            if delta.reasoning or delta.content:
+                yield delta
+            event = await anext(self.events)
+
+    async def aclose(self) -> None:
+        """Stop early (the client left, or an error was sent): the engine request is
+        aborted and the session left as it was, unless the turn was committed."""
+        await self.events.aclose()
+
+
+async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest,
+                           params: SamplingParams, *, heavy: bool,
+                           response_id: str) -> TurnStream:
+    events = gateway.run_turn_stream(session, turn, params, heavy=heavy,
+                                     response_id=response_id)
+    try:
+        first = await anext(events)
+    except BaseException:
+        await events.aclose()
+        raise
+    return TurnStream(events, first)
+
+
+def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)

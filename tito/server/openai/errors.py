@@ -47,9 +47,13 @@ def status_of(exc: TitoError) -> int:
     return STATUS[exc.kind]
 
 
-def error_response(exc: TitoError, status: int | None = None) -> Response:
+def error_body(exc: TitoError) -> bytes:
     """``exc`` in OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``."""
-    body = ERROR_BODY.dump({"error": {
+    return ERROR_BODY.dump({"error": {
         "message": exc.message, "type": TYPE.get(exc.kind, "invalid_request_error"),
         "code": exc.code, "param": None}})
-    return Response(body, status_code=status or status_of(exc), media_type="application/json")
+
+
+def error_response(exc: TitoError, status: int | None = None) -> Response:
+    return Response(error_body(exc), status_code=status or status_of(exc),
+                    media_type="application/json")

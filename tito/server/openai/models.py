@@ -232,15 +232,23 @@ class ChatCompletion(TypedDict):
     usage: Usage
 
 
-class ToolCallDelta(ToolCallOut):
+class FunctionCallDelta(TypedDict, total=False):
+    name: str
+    arguments: str
+
+
+class ToolCallDelta(TypedDict):
     index: int
+    id: NotRequired[str]
+    type: NotRequired[Literal["function"]]
+    function: FunctionCallDelta
 
 
-class ChoiceDelta(TypedDict):
+class ChoiceDelta(TypedDict, total=False):
     role: Literal["assistant"]
     content: str | None
-    reasoning_content: NotRequired[str]
-    tool_calls: NotRequired[list[ToolCallDelta]]
+    reasoning_content: str
+    tool_calls: list[ToolCallDelta]
 
 
 class ChunkChoice(TypedDict):

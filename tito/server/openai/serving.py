@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from tito.parse.stream import Delta
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import decode_json
+from tito.server.http import cancel_on_disconnect, decode_json
+from tito.server.openai.errors import error_body
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -33,11 +35,21 @@ from tito.server.openai.models import (
     ToolCallOut,
     parse_chat_request,
 )
-from tito.server.serving import read_turn_body, run_api_turn
+from tito.server.serving import (
+    TurnStream,
+    open_turn_stream,
+    read_turn_body,
+    run_api_turn,
+    sse_response,
+)
 from tito.types.engine import SamplingParams
+from tito.types.errors import TitoError
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
+STREAM_PARSE_EVERY = 4
+"""A streamed turn's text is parsed again after this many new ids (or a 16th of the ids
+so far, whichever is more)."""
 
 
 # -- request -> core ---------------------------------------------------------------------
@@ -101,32 +113,78 @@ def _sse(chunk: ChatCompletionChunk) -> bytes:
     return b"data: " + CHAT_COMPLETION_CHUNK.dump(chunk) + b"\n\n"
 
 
-async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncIterator[bytes]:
-    """The whole completion as one ``chat.completion.chunk`` (+ usage chunk) and ``[DONE]``.
+def _chunk(response_id: str, created: int, model: str, delta: ChoiceDelta | None,
+           finish_reason: str | None = None) -> ChatCompletionChunk:
+    choices: list[ChunkChoice] = [] if delta is None else [
+        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    return {"id": response_id, "object": "chat.completion.chunk", "created": created,
+            "model": model, "choices": choices}
 
-    Generation is not streamed token by token: TITO needs the complete output ids before
-    it can parse and commit the turn, so the stream carries the finished message at once.
-    """
+
+def _call_deltas(calls: list[ToolCallOut]) -> list[ChoiceDelta]:
+    """Each tool call as Chat streams it: id and name, then its arguments."""
+    out: list[ChoiceDelta] = []
+    for i, call in enumerate(calls):
+        function = call["function"]
+        out.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                    "function": {"name": function["name"],
+                                                 "arguments": ""}}]})
+        out.append({"tool_calls": [{"index": i,
+                                    "function": {"arguments": function["arguments"]}}]})
+    return out
+
+
+async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncIterator[bytes]:
+    """An answered turn again (a retry of it) as ``chat.completion.chunk`` s: the whole
+    message, the finish reason (+ usage chunk) and ``[DONE]``."""
     choice = body["choices"][0]
     message = choice["message"]
     delta: ChoiceDelta = {"role": "assistant", "content": message["content"]}
     if "reasoning_content" in message:
         delta["reasoning_content"] = message["reasoning_content"]
-    if "tool_calls" in message:
-        delta["tool_calls"] = [{"index": i, "id": call["id"], "type": call["type"],
-                                "function": call["function"]}
-                               for i, call in enumerate(message["tool_calls"])]
-
-    def chunk(choices: list[ChunkChoice]) -> ChatCompletionChunk:
-        return {"id": body["id"], "object": "chat.completion.chunk",
-                "created": body["created"], "model": body["model"], "choices": choices}
-
-    yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": None,
-                       "finish_reason": choice["finish_reason"]}]))
+    rid, created, model = body["id"], body["created"], body["model"]
+    yield _sse(_chunk(rid, created, model, delta))
+    for call_delta in _call_deltas(message.get("tool_calls", [])):
+        yield _sse(_chunk(rid, created, model, call_delta))
+    yield _sse(_chunk(rid, created, model, {}, choice["finish_reason"]))
     if include_usage:
-        last = chunk([])
+        last = _chunk(rid, created, model, None)
         last["usage"] = body["usage"]
         yield _sse(last)
+    yield b"data: [DONE]\n\n"
+
+
+async def live_events(stream: TurnStream, gateway: Gateway, response_id: str,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+    """A turn as the engine generates it: content and reasoning deltas, then (the turn
+    committed) the rest of the text, the tool calls, the finish reason, usage, ``[DONE]``.
+    An error after the first byte is one ``data: {"error": ...}`` event."""
+    created, model = int(time.time()), gateway.model_name
+    try:
+        yield _sse(_chunk(response_id, created, model, {"role": "assistant", "content": ""}))
+        async for event in stream.deltas(gateway.renderer.parse, STREAM_PARSE_EVERY):
+            if isinstance(event, Delta):
+                delta: ChoiceDelta = {}
+                if event.reasoning:
+                    delta["reasoning_content"] = event.reasoning
+                if event.content:
+                    delta["content"] = event.content
+                yield _sse(_chunk(response_id, created, model, delta))
+                continue
+            body = completion(event, model)
+            message = body["choices"][0]["message"]
+            for call_delta in _call_deltas(message.get("tool_calls", [])):
+                yield _sse(_chunk(response_id, created, model, call_delta))
+            yield _sse(_chunk(response_id, created, model, {},
+                              body["choices"][0]["finish_reason"]))
+            if include_usage:
+                last = _chunk(response_id, created, model, None)
+                last["usage"] = body["usage"]
+                yield _sse(last)
+    except TitoError as exc:
+        yield b"data: " + error_body(exc) + b"\n\n"
+    finally:
+        await stream.aclose()
     yield b"data: [DONE]\n\n"
 
 
@@ -144,10 +202,16 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     raw, heavy, (data, chat) = await read_turn_body(
         gateway, request, lambda body: decode_chat(body, known, depth))
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
+    response_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if chat.stream:
+        stream = await cancel_on_disconnect(request, open_turn_stream(
+            gateway, session, turn_request(data, chat), params, heavy=heavy,
+            response_id=response_id))
+        include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
+        return sse_response(live_events(stream, gateway, response_id, include_usage))
     body = await run_api_turn(
         gateway, request, session, raw, turn_request(data, chat), params, heavy=heavy,
-        response_id=f"chatcmpl-{uuid.uuid4().hex}",
-        build=lambda outcome: completion(outcome, gateway.model_name))
+        response_id=response_id, build=lambda outcome: completion(outcome, gateway.model_name))
     return reply(body, chat)
 
 
@@ -155,10 +219,7 @@ def reply(body: ChatCompletion, chat: ChatCompletionRequest) -> Response:
     """``body`` as JSON, or as the SSE stream the request asked for."""
     if chat.stream:
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-        return StreamingResponse(stream_events(body, include_usage),
-                                 media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache",
-                                          "x-accel-buffering": "no"})
+        return sse_response(stream_events(body, include_usage))
     return Response(CHAT_COMPLETION.dump(body), media_type=JSON)
 
 
