@@ -14,14 +14,10 @@ import httpx
 import openai
 import pytest
 from scripted import WEATHER_TOOLS
+from scripted_claude import USER_TURNS, blocks, claude, run_claude
 
 from tito.samples import decode_samples
 from tito.samples.sample import Sample, samples_identical
-
-TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
-          "input_schema": t["function"]["parameters"]} for t in WEATHER_TOOLS]
-SYSTEM = [{"type": "text", "text": "You are a weather bot."},
-          {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
 
 
 @pytest.fixture
@@ -33,10 +29,6 @@ def stack(qwen3_stack: Any) -> Any:
 
 def new_session(url: str) -> str:
     return str(httpx.post(url + "/sessions").json()["session_id"])
-
-
-def claude(url: str, sid: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=f"{url}/sessions/{sid}", api_key="x", max_retries=0)
 
 
 def engine_log(engine_url: str) -> list[dict[str, Any]]:
@@ -54,43 +46,6 @@ def sample_of(url: str, sid: str) -> Sample:
     assert resp.status_code == 200, resp.text
     (sample,) = decode_samples(resp.content).samples
     return dataclasses.replace(sample, metadata={})
-
-
-def blocks(message: Any) -> list[dict[str, Any]]:
-    """The reply's content as an agent sends it back."""
-    return [block.model_dump(exclude_none=True) for block in message.content]
-
-
-USER_TURNS: list[Any] = [
-    "Weather in Paris?\nTHINK The user wants the weather.\n"
-    'CALL get_weather {"city": "Paris"}',
-    "tool:sunny, 21 C\nSAY It is sunny in Paris.",
-    [{"type": "text", "text": "And London?"},
-     {"type": "text", "text": 'CALL get_weather {"city": "London"}'}],
-    "error:timeout\nSAY Sorry, London did not answer.",
-]
-
-
-def run_claude(url: str, sid: str) -> list[Any]:
-    """The scripted conversation through the Messages API; returns the replies."""
-    client = claude(url, sid)
-    history: list[dict[str, Any]] = []
-    replies = []
-    for turn in USER_TURNS:
-        if isinstance(turn, str) and turn.startswith(("tool:", "error:")):
-            kind, _, text = turn.partition(":")
-            call = next(b for b in replies[-1].content if b.type == "tool_use")
-            content: Any = [{"type": "tool_result", "tool_use_id": call.id,
-                             "content": [{"type": "text", "text": text}] if kind == "tool"
-                             else text, "is_error": kind == "error"}]
-        else:
-            content = turn
-        history.append({"role": "user", "content": content})
-        reply = client.messages.create(model="claude-x", max_tokens=64, system=SYSTEM,
-                                       tools=TOOLS, messages=history)  # type: ignore[arg-type]
-        history.append({"role": "assistant", "content": blocks(reply)})
-        replies.append(reply)
-    return replies
 
 
 def run_chat(url: str, sid: str) -> None:
@@ -189,7 +144,9 @@ def test_thinking_switch_and_count_tokens(stack: Any) -> None:
      "server tool 'web_search_20250305' is not supported"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "'robot' is not a role"),
     ({"max_tokens": 0}, "max_tokens"),
-    ({"stream": True}, "stream: true is not supported"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f",
+                                                  "input": {}}]}]},
+     "a 'tool_use' block belongs to an assistant message"),
 ])
 def test_bad_requests_are_400_in_anthropic_shape(stack: Any, body: dict[str, Any],
                                                  expected: str) -> None:

@@ -4,23 +4,41 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server.anthropic.convert import message_reply, sampling_params, turn_request
+from tito.parse.stream import Delta
+from tito.server.anthropic.convert import (
+    message_reply,
+    sampling_params,
+    signature,
+    turn_request,
+)
+from tito.server.anthropic.errors import TYPE
 from tito.server.anthropic.models import (
     MESSAGE,
     TOKEN_COUNT,
     CountTokensRequest,
+    MessageReply,
     MessagesRequest,
+    ToolUseBlock,
     parse_request,
 )
 from tito.server.gateway import Gateway
-from tito.server.http import decode_json, read_json
-from tito.server.serving import read_turn_body, run_api_turn
-from tito.types.errors import BadRequest
+from tito.server.http import cancel_on_disconnect, decode_json, read_json
+from tito.server.openai.serving import STREAM_PARSE_EVERY
+from tito.server.serving import (
+    TurnStream,
+    open_turn_stream,
+    read_turn_body,
+    run_api_turn,
+    sse_response,
+)
+from tito.types.errors import TitoError
 from tito.types.messages import TurnRequest
 
 JSON = "application/json"
@@ -36,15 +54,127 @@ async def messages(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     raw, heavy, (req, turn) = await read_turn_body(
         gateway, request, lambda body: decode_messages(body, gateway))
+    response_id = f"msg_{uuid.uuid4().hex}"
+    model = req.model or gateway.model_name
     if req.stream:
-        raise BadRequest("stream: true is not supported on /v1/messages yet; send the "
-                         "request without streaming")
+        stream = await cancel_on_disconnect(request, open_turn_stream(
+            gateway, session, turn, sampling_params(req), heavy=heavy,
+            response_id=response_id))
+        return sse_response(live_events(stream, gateway, response_id, model,
+                                        req.stop_sequences))
     body = await run_api_turn(
         gateway, request, session, raw, turn, sampling_params(req), heavy=heavy,
-        response_id=f"msg_{uuid.uuid4().hex}",
-        build=lambda outcome: message_reply(outcome, req.model or gateway.model_name,
-                                            req.stop_sequences))
+        response_id=response_id,
+        build=lambda outcome: message_reply(outcome, model, req.stop_sequences))
     return Response(MESSAGE.dump(body), media_type=JSON)
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) \
+        + b"\n\n"
+
+
+class _Blocks:
+    """The content blocks of a streamed message: one open at a time, in order."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.open: str | None = None
+        self.thinking = ""
+
+    def delta(self, kind: str, text: str) -> list[bytes]:
+        out = self.switch(kind)
+        if kind == "thinking":
+            self.thinking += text
+            out.append(_event("content_block_delta", {"index": self.index, "delta": {
+                "type": "thinking_delta", "thinking": text}}))
+        else:
+            out.append(_event("content_block_delta", {"index": self.index, "delta": {
+                "type": "text_delta", "text": text}}))
+        return out
+
+    def switch(self, kind: str | None) -> list[bytes]:
+        """Close the open block unless it is of ``kind``; open a ``kind`` block."""
+        if self.open == kind and kind is not None:
+            return []
+        out = self.close()
+        if kind is not None:
+            self.index += 1
+            self.open = kind
+            block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""} \
+                if kind == "thinking" else {"type": "text", "text": ""}
+            out.append(_event("content_block_start", {"index": self.index,
+                                                      "content_block": block}))
+        return out
+
+    def close(self) -> list[bytes]:
+        out = []
+        if self.open == "thinking":
+            out.append(_event("content_block_delta", {"index": self.index, "delta": {
+                "type": "signature_delta", "signature": signature(self.thinking)}}))
+            self.thinking = ""
+        if self.open is not None:
+            out.append(_event("content_block_stop", {"index": self.index}))
+        self.open = None
+        return out
+
+    def text(self, delta: Delta) -> list[bytes]:
+        out = []
+        for kind, text in (("thinking", delta.reasoning), ("text", delta.content)):
+            if text:
+                out += self.delta(kind, text)
+        return out
+
+    def finish(self, reply: MessageReply) -> list[bytes]:
+        """The committed message's tool calls, stop reason and usage."""
+        out = []
+        for block in reply["content"]:
+            if block["type"] == "tool_use":
+                out += self.tool_use(block)
+        out += self.close()
+        out.append(_event("message_delta", {
+            "delta": {"stop_reason": reply["stop_reason"],
+                      "stop_sequence": reply["stop_sequence"]},
+            "usage": reply["usage"]}))
+        out.append(_event("message_stop", {}))
+        return out
+
+    def tool_use(self, block: ToolUseBlock) -> list[bytes]:
+        out = self.close()
+        self.index += 1
+        out.append(_event("content_block_start", {"index": self.index, "content_block": {
+            "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+        out.append(_event("content_block_delta", {"index": self.index, "delta": {
+            "type": "input_json_delta",
+            "partial_json": orjson.dumps(block["input"]).decode()}}))
+        out.append(_event("content_block_stop", {"index": self.index}))
+        return out
+
+
+async def live_events(stream: TurnStream, gateway: Gateway, response_id: str, model: str,
+                      stop_sequences: list[str] | None) -> AsyncIterator[bytes]:
+    """A message as the engine generates it, in the Messages API's stream events:
+    ``message_start``, thinking and text blocks with their deltas, then (the turn
+    committed) ``tool_use`` blocks with ``input_json_delta``, ``message_delta`` (stop
+    reason, usage) and ``message_stop``. An error after the first byte is an ``error``
+    event."""
+    blocks = _Blocks()
+    try:
+        yield _event("message_start", {"message": {
+            "id": response_id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+        async for event in stream.deltas(gateway.renderer.parse, STREAM_PARSE_EVERY):
+            chunks = blocks.text(event) if isinstance(event, Delta) else \
+                blocks.finish(message_reply(event, model, stop_sequences))
+            for chunk in chunks:
+                yield chunk
+    except TitoError as exc:
+        yield _event("error", {"error": {"type": TYPE.get(exc.kind, "invalid_request_error"),
+                                         "message": f"[{exc.code}] {exc.message}"}})
+    finally:
+        await stream.aclose()
 
 
 async def count_tokens(gateway: Gateway, request: Request) -> Response:
