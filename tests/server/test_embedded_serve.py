@@ -45,5 +45,17 @@ def test_embedded_serve_two_turns_exact_sample() -> None:
         assert sample.loss_mask.tolist() == mask[: sample.response_length]
         assert np.array_equal(sample.rollout_log_probs[: r0["output_len"]],
                               np.asarray(r0["logprobs"], dtype=np.float32))
+
+        # streamed from the embedded engine: several deltas, the same text and record
+        again = httpx.post(gateway.url + "/sessions").json()["session_id"]
+        stream_client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{again}/v1",
+                                      api_key="x", max_retries=0)
+        chunks = list(stream_client.chat.completions.create(
+            model="m", messages=messages[:1], max_tokens=12, temperature=0, stream=True))
+        texts = [c.choices[0].delta.content for c in chunks if c.choices and
+                 c.choices[0].delta.content]
+        assert len(texts) > 1 and "".join(texts) == first.choices[0].message.content
+        streamed = httpx.get(f"{gateway.url}/sessions/{again}?include_ids=true").json()
+        assert streamed["records"][0]["output_ids"] == r0["output_ids"]
     finally:
         gateway.stop()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import torch
@@ -47,6 +47,7 @@ from tito.types.engine import (
     PauseMode,
     ReplayRequest,
     SamplingParams,
+    StreamChunk,
     TokenIds,
 )
 from tito.types.errors import EngineError, EngineRejected
@@ -187,27 +188,39 @@ class EmbeddedEngine:
         """Generate for ``input_ids``. A dense model has no routed experts: a replay
         request is accepted and ``routed_experts`` stays None (as SGLang without the flag;
         the configuration refuses routing replay with this engine)."""
+        result: GenerateResult | None = None
+        async for chunk in self.generate_stream(input_ids, params, rid, replay=replay,
+                                                progress=False):
+            result = chunk.result
+        assert result is not None
+        return result
+
+    async def generate_stream(
+        self,
+        input_ids: TokenIds,
+        params: SamplingParams,
+        rid: str,
+        *,
+        replay: ReplayRequest | None = None,
+        progress: bool = True,
+    ) -> AsyncIterator[StreamChunk]:
+        """The ids as the scheduler samples them (queued ids are sent together), then the
+        result. Closing the iterator early aborts the request."""
         del replay
         prompt = self._check_prompt(input_ids, params)
         if not self._scheduler.alive:
             raise EngineError("embedded engine is not running")
         if params.max_new_tokens == 0:
-            return GenerateResult([], [], "length", prompt_tokens=len(prompt),
-                                  weight_version=self._scheduler.config.weight_version)
+            yield StreamChunk([], GenerateResult(
+                [], [], "length", prompt_tokens=len(prompt),
+                weight_version=self._scheduler.config.weight_version))
+            return
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[GenerateResult] = loop.create_future()
+        queue: asyncio.Queue[int | GenerateResult | BaseException] = asyncio.Queue()
 
-        def deliver(outcome: GenerateResult | BaseException) -> None:
-            def settle() -> None:
-                if future.done():
-                    return
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
-
+        def put(item: int | GenerateResult | BaseException) -> None:
             try:
-                loop.call_soon_threadsafe(settle)
+                loop.call_soon_threadsafe(queue.put_nowait, item)
             except RuntimeError:  # the caller's loop is gone; nobody is waiting
                 pass
 
@@ -217,14 +230,30 @@ class EmbeddedEngine:
             params=params,
             sampler=SamplerState.create(params, self.vocab_size),
             stop_ids=self.stop_token_ids | frozenset(params.stop_token_ids),
-            deliver=deliver,
+            deliver=put,
+            progress=put if progress else None,
         )
         self._scheduler.submit(request)
+        ids: list[int] = []
+        finished = False
         try:
-            return await future
-        except asyncio.CancelledError:
-            self._scheduler.abort_request(request)
-            raise
+            while True:
+                item = await queue.get()
+                while isinstance(item, int) and not queue.empty():  # coalesce queued ids
+                    ids.append(item)
+                    item = queue.get_nowait()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if isinstance(item, GenerateResult):
+                    finished = True
+                    yield StreamChunk(item.output_ids, item)
+                    return
+                ids.append(item)
+                yield StreamChunk(list(ids))
+        finally:
+            if not finished:
+                self._scheduler.abort_request(request)
 
     def _check_prompt(self, input_ids: TokenIds, params: SamplingParams) -> list[int]:
         validate_params(params)

@@ -55,6 +55,8 @@ class Request:
     sampler: SamplerState
     stop_ids: frozenset[int]
     deliver: Deliver
+    progress: Callable[[int], None] | None = None
+    """Called (in the scheduler thread) with each output id but the last (streaming)."""
     arrived: float = field(default_factory=time.perf_counter)
     ids: list[int] = field(default_factory=list)
     output: list[int] = field(default_factory=list)
@@ -296,7 +298,10 @@ class BatchScheduler:
         logits = self.model.forward(segments)
         self.stats.steps += 1
         sampling = [req for seg, req in zip(segments, owners, strict=True) if seg.want_logits]
-        results = sample(logits, [req.sampler for req in sampling])
+        self._advance(sampling, sample(logits, [req.sampler for req in sampling]))
+
+    def _advance(self, sampling: list[Request], results: Sequence[tuple[int, float]]) -> None:
+        """Append each sampled id; finish the requests it ends."""
         done: list[tuple[Request, FinishReason, int | str | None]] = []
         for req, (tok, logprob) in zip(sampling, results, strict=True):
             req.output.append(tok)
@@ -306,6 +311,8 @@ class BatchScheduler:
             finish = self._check_finished(req, tok)
             if finish is not None:
                 done.append((req, *finish))
+            elif req.progress is not None:
+                req.progress(tok)
         if done:
             with self._cond:
                 for req, reason, matched in done:
