@@ -19,13 +19,13 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server import anthropic, openai, sessions
+from tito.server import anthropic, openai, responses, sessions
 from tito.server.api import Api
 from tito.server.door import Door
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
-APIS: tuple[Api, ...] = (openai.API, anthropic.API, sessions.API)
+APIS: tuple[Api, ...] = (openai.API, anthropic.API, responses.API, sessions.API)
 """In routing order: the per-turn API routes first (Starlette tries routes in order)."""
 
 
