@@ -63,3 +63,12 @@ def test_memory_tiny(tmp_path: Path) -> None:
     for label in ("RSS per stored token", "bytes per stored token by owner",
                   "samples payload", "GET /sessions/<id> body size"):
         assert label in out, label
+
+
+def test_ttft_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("ttft.py", "--repeat", "2", "--max-tokens", "8",
+                        "--token-latency-ms", "1", tmp_path=tmp_path)
+    assert "time to first token" in out
+    for label in ("engine /generate stream", "gateway chat, first turn",
+                  "gateway messages, first turn", "over the engine's own"):
+        assert label in out, label
