@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -192,3 +193,33 @@ def test_a_client_that_leaves_mid_stream_leaves_the_session_as_it_was(
     assert "tito_engine_aborts_total" in metrics
     aborted = httpx.get(engine.url + "/mock/requests").json()[-1]
     assert len(aborted["output_ids"]) < 100  # the engine stopped generating
+
+
+@pytest.mark.slow
+def test_a_tool_call_is_sent_as_soon_as_it_is_complete(
+        slow_stack: tuple[Proc, Proc]) -> None:
+    _, gateway = slow_stack
+    sid = new_session(gateway.url)
+    body = {"messages": [{"role": "user", "content":
+                          'CALL get_weather {"city": "Paris"}\n'
+                          'CALL get_weather {"city": "a town with a rather long name, '
+                          'so that this call takes a while to generate"}'}],
+            "tools": WEATHER_TOOLS, "stream": True}
+    with httpx.stream("POST", f"{gateway.url}/sessions/{sid}/v1/chat/completions",
+                      json=body) as resp:
+        seen_running = None
+        ids = []
+        for line in resp.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            delta = json.loads(line[6:])["choices"][0]["delta"]
+            for call in delta.get("tool_calls", []):
+                if "id" in call:
+                    ids.append(call["id"])
+                    if call["index"] == 0:  # the first call, while the second generates
+                        meta = httpx.get(f"{gateway.url}/sessions/{sid}").json()["metadata"]
+                        seen_running = meta["turn_in_progress"]
+    assert seen_running is True and len(ids) == 2
+    view = httpx.get(f"{gateway.url}/sessions/{sid}", params={"include_messages": "true"})
+    stored = view.json()["messages"][-1]["tool_calls"]
+    assert [c["id"] for c in stored] == ids  # the ids the client saw are the stored ones

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
 
-__all__ = ["api_finish_reason", "call_arguments", "make_call", "new_call_id"]
+from tito.types.messages import ParsedCompletion
+
+__all__ = ["api_finish_reason", "call_arguments", "make_call", "new_call_id",
+           "stable_call_ids"]
 
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def stable_call_ids(parsed: ParsedCompletion, key: str) -> ParsedCompletion:
+    """``parsed`` with tool-call ids derived from ``key`` (the response id) and each call's
+    position: a completion parsed while it streams and parsed whole gives its calls the
+    same ids, so a call can be sent as soon as it is complete."""
+    for i, call in enumerate(parsed.tool_calls):
+        call["id"] = "call_" + hashlib.sha256(f"{key}/{i}".encode()).hexdigest()[:24]
+    return parsed
 
 
 def make_call(name: str, arguments: dict[str, Any], call_id: str | None = None

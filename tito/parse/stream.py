@@ -11,19 +11,21 @@ the content that cannot change any more:
   is trailing whitespace (the final parse strips it at the end);
 * special tokens decode whole (one id each), so they are never split.
 
-Tool calls are not streamed while generating: their ids are given when the completion
-is parsed as a whole, and the committed message must carry the ids the client saw. When
-the turn is committed, :meth:`DeltaStream.finish` gives the rest of the reasoning and the
-content from the final parse; the deltas then add up to exactly the committed message.
-Should the final parse disagree with what was sent (a cut completion read differently
-from the whole, which the holdback makes rare), the field's remainder is not sent and
-:attr:`DeltaStream.diverged` says which field.
+Tool calls are sent as soon as the cut completion parses with them whole (a call's
+closing marker arrived), each once: the caller gives the parses stable call ids
+(:func:`tito.parse.base.stable_call_ids`), so these are the ids the committed message
+carries. When the turn is committed, :meth:`DeltaStream.finish` gives the rest of the
+reasoning, the content and the calls from the final parse; the deltas then add up to
+exactly the committed message. Should the final parse disagree with what was sent (a cut
+completion read differently from the whole, which the holdback makes rare), the field's
+remainder is not sent and :attr:`DeltaStream.diverged` says which field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tito.types.messages import ParsedCompletion
 
@@ -45,6 +47,13 @@ Parse = Callable[[Sequence[int], str], ParsedCompletion]
 class Delta:
     reasoning: str = ""
     content: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls complete since the last delta (OpenAI shape, final ids)."""
+    first_call: int = 0
+    """The index of ``calls[0]`` among the message's tool calls."""
+
+    def __bool__(self) -> bool:
+        return bool(self.reasoning or self.content or self.calls)
 
 
 @dataclass(slots=True)
@@ -56,6 +65,8 @@ class DeltaStream:
     """Reasoning text sent so far."""
     content: str = ""
     """Content text sent so far."""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls sent so far."""
     diverged: list[str] = field(default_factory=list)
     _parsed_at: int = 0
 
@@ -66,14 +77,27 @@ class DeltaStream:
             return Delta()
         self._parsed_at = len(ids)
         parsed = self.parse(ids, "length")
+        first = len(self.calls)
+        new_calls = []
+        if parsed.tool_calls[:first] == self.calls:
+            new_calls = parsed.tool_calls[first:]
+            self.calls += new_calls
         return Delta(self._advance("reasoning", _stable(parsed.reasoning_content or "",
                                                          REASONING_MARKERS)),
-                     self._advance("content", _stable(parsed.content or "", CALL_MARKERS)))
+                     self._advance("content", _stable(parsed.content or "", CALL_MARKERS)),
+                     new_calls, first)
 
     def finish(self, parsed: ParsedCompletion) -> Delta:
-        """The rest of the committed message's reasoning and content."""
+        """The rest of the committed message's reasoning, content and tool calls."""
+        first = len(self.calls)
+        rest: list[dict[str, Any]] = []
+        if parsed.tool_calls[:first] == self.calls:
+            rest = parsed.tool_calls[first:]
+            self.calls += rest
+        else:
+            self.diverged.append("tool_calls")
         return Delta(self._rest("reasoning", parsed.reasoning_content or ""),
-                     self._rest("content", parsed.content or ""))
+                     self._rest("content", parsed.content or ""), rest, first)
 
     def _advance(self, name: str, stable: str) -> str:
         sent: str = getattr(self, name)

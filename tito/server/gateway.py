@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from tito.config import ServerConfig
+from tito.parse.base import stable_call_ids
 from tito.render.base import TemplateRenderer
 from tito.render.compare import mismatch_report
 from tito.samples import assemble, encode_samples
@@ -270,6 +271,8 @@ class Gateway:
                                         result.finish_reason)
         else:
             parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+        if plan.response_id is not None:
+            stable_call_ids(parsed, plan.response_id)
         record = None
         if session.closed:
             session.release(plan)  # deleted while the engine ran: reply, store nothing

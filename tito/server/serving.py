@@ -10,20 +10,21 @@ and the :class:`~tito.server.gateway.TurnOutcome` into its own reply body.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from tito.parse.base import stable_call_ids
 from tito.parse.stream import Delta, DeltaStream, Parse
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, read_body
 from tito.server.idempotency import RetryKey, TurnReplies
 from tito.session import Session
 from tito.types.engine import SamplingParams, StreamChunk
-from tito.types.messages import TurnRequest
+from tito.types.messages import ParsedCompletion, TurnRequest
 
 log = logging.getLogger("tito.server")
 
@@ -81,16 +82,22 @@ class TurnStream:
 
     events: AsyncGenerator[StreamChunk | TurnOutcome, None]
     first: StreamChunk | TurnOutcome
+    response_id: str
 
     async def deltas(self, parse: Parse, every: int) -> AsyncIterator[Delta | TurnOutcome]:
-        """Text deltas as the engine generates (see :mod:`tito.parse.stream`), then the
-        rest of the committed message's text, then the committed outcome."""
-        stream = DeltaStream(parse, every=every)
+        """Text deltas and complete tool calls as the engine generates (see
+        :mod:`tito.parse.stream`), then the rest of the committed message, then the
+        committed outcome."""
+
+        def stable_parse(ids: Sequence[int], finish: str) -> ParsedCompletion:
+            return stable_call_ids(parse(ids, finish), self.response_id)
+
+        stream = DeltaStream(stable_parse, every=every)
         event: StreamChunk | TurnOutcome = self.first
         while True:
             if isinstance(event, TurnOutcome):
                 rest = stream.finish(event.parsed)
-                if rest.reasoning or rest.content:
+                if rest:
                     yield rest
                 if stream.diverged:
                     log.warning("%s: the streamed %s differs from the committed message",
@@ -98,7 +105,7 @@ class TurnStream:
                 yield event
                 return
             delta = stream.update(event.output_ids)
-            if delta.reasoning or delta.content:
+            if delta:
                 yield delta
             event = await anext(self.events)
 
@@ -118,7 +125,7 @@ async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest
     except BaseException:
         await events.aclose()
         raise
-    return TurnStream(events, first)
+    return TurnStream(events, first, response_id)
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:

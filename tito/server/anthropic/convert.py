@@ -32,6 +32,7 @@ from tito.server.anthropic.models import (
     MessageReply,
     MessagesRequest,
     ToolDef,
+    ToolUseBlock,
 )
 from tito.server.gateway import TurnOutcome
 from tito.types.engine import SamplingParams
@@ -241,14 +242,7 @@ def message_reply(outcome: TurnOutcome, model: str, stop_sequences: list[str] | 
                         "signature": signature(parsed.reasoning_content)})
     if parsed.content:
         content.append({"type": "text", "text": parsed.content})
-    for call in parsed.tool_calls:
-        function = call["function"]
-        try:
-            args = json.loads(function["arguments"])
-        except (TypeError, ValueError):
-            args = None
-        content.append({"type": "tool_use", "id": call["id"], "name": function["name"],
-                        "input": args if isinstance(args, dict) else {}})
+    content += [tool_use_block(call) for call in parsed.tool_calls]
     stop_reason = STOP_REASONS.get(parsed.finish_reason, "end_turn")
     matched = outcome.result.matched_stop
     stop_sequence = matched if isinstance(matched, str) and matched in (stop_sequences or ()) \
@@ -264,6 +258,18 @@ def message_reply(outcome: TurnOutcome, model: str, stop_sequences: list[str] | 
                   "output_tokens": len(outcome.result.output_ids),
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached},
     }
+
+
+def tool_use_block(call: dict[str, Any]) -> ToolUseBlock:
+    """An OpenAI-shaped tool call as a ``tool_use`` block (``input`` its parsed arguments:
+    the gateway writes them as a JSON object)."""
+    function = call["function"]
+    try:
+        args = json.loads(function["arguments"])
+    except (TypeError, ValueError):
+        args = None
+    return {"type": "tool_use", "id": call["id"], "name": function["name"],
+            "input": args if isinstance(args, dict) else {}}
 
 
 def signature(thinking: str) -> str:

@@ -16,6 +16,7 @@ from tito.server.anthropic.convert import (
     message_reply,
     sampling_params,
     signature,
+    tool_use_block,
     turn_request,
 )
 from tito.server.anthropic.errors import TYPE
@@ -123,15 +124,13 @@ class _Blocks:
         for kind, text in (("thinking", delta.reasoning), ("text", delta.content)):
             if text:
                 out += self.delta(kind, text)
+        for call in delta.calls:
+            out += self.tool_use(tool_use_block(call))
         return out
 
     def finish(self, reply: MessageReply) -> list[bytes]:
-        """The committed message's tool calls, stop reason and usage."""
-        out = []
-        for block in reply["content"]:
-            if block["type"] == "tool_use":
-                out += self.tool_use(block)
-        out += self.close()
+        """The committed message's stop reason and usage."""
+        out = self.close()
         out.append(_event("message_delta", {
             "delta": {"stop_reason": reply["stop_reason"],
                       "stop_sequence": reply["stop_sequence"]},

@@ -121,10 +121,11 @@ def _chunk(response_id: str, created: int, model: str, delta: ChoiceDelta | None
             "model": model, "choices": choices}
 
 
-def _call_deltas(calls: list[ToolCallOut]) -> list[ChoiceDelta]:
+def _call_deltas(calls: list[ToolCallOut] | list[dict[str, Any]], first: int = 0
+                 ) -> list[ChoiceDelta]:
     """Each tool call as Chat streams it: id and name, then its arguments."""
     out: list[ChoiceDelta] = []
-    for i, call in enumerate(calls):
+    for i, call in enumerate(calls, start=first):
         function = call["function"]
         out.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
                                     "function": {"name": function["name"],
@@ -156,25 +157,18 @@ async def stream_events(body: ChatCompletion, include_usage: bool) -> AsyncItera
 
 async def live_events(stream: TurnStream, gateway: Gateway, response_id: str,
                       include_usage: bool) -> AsyncIterator[bytes]:
-    """A turn as the engine generates it: content and reasoning deltas, then (the turn
-    committed) the rest of the text, the tool calls, the finish reason, usage, ``[DONE]``.
-    An error after the first byte is one ``data: {"error": ...}`` event."""
+    """A turn as the engine generates it: content and reasoning deltas, each tool call once
+    it is complete, then (the turn committed) the rest, the finish reason, usage and
+    ``[DONE]``. An error after the first byte is one ``data: {"error": ...}`` event."""
     created, model = int(time.time()), gateway.model_name
     try:
         yield _sse(_chunk(response_id, created, model, {"role": "assistant", "content": ""}))
         async for event in stream.deltas(gateway.renderer.parse, STREAM_PARSE_EVERY):
             if isinstance(event, Delta):
-                delta: ChoiceDelta = {}
-                if event.reasoning:
-                    delta["reasoning_content"] = event.reasoning
-                if event.content:
-                    delta["content"] = event.content
-                yield _sse(_chunk(response_id, created, model, delta))
+                for delta in _text_and_calls(event):
+                    yield _sse(_chunk(response_id, created, model, delta))
                 continue
             body = completion(event, model)
-            message = body["choices"][0]["message"]
-            for call_delta in _call_deltas(message.get("tool_calls", [])):
-                yield _sse(_chunk(response_id, created, model, call_delta))
             yield _sse(_chunk(response_id, created, model, {},
                               body["choices"][0]["finish_reason"]))
             if include_usage:
@@ -186,6 +180,18 @@ async def live_events(stream: TurnStream, gateway: Gateway, response_id: str,
     finally:
         await stream.aclose()
     yield b"data: [DONE]\n\n"
+
+
+def _text_and_calls(event: Delta) -> list[ChoiceDelta]:
+    out: list[ChoiceDelta] = []
+    if event.reasoning or event.content:
+        delta: ChoiceDelta = {}
+        if event.reasoning:
+            delta["reasoning_content"] = event.reasoning
+        if event.content:
+            delta["content"] = event.content
+        out.append(delta)
+    return out + _call_deltas(event.calls, event.first_call)
 
 
 # -- routes ------------------------------------------------------------------------------
