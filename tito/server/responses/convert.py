@@ -1,0 +1,246 @@
+"""Responses items <-> chat messages, and a turn's outcome -> a ``response`` (pure).
+
+The conversion is deterministic, so resending the same history gives byte-identical
+message dicts (the session's replay matching compares them, design §5.3):
+
+- a run of ``reasoning``, assistant ``message`` and ``function_call`` items, in that order,
+  is ONE assistant message ``{"role", "content", "reasoning_content"?, "tool_calls"?}``:
+  the keys, their order and presence are those of
+  :meth:`~tito.types.messages.ParsedCompletion.to_message`, so a client that echoes the
+  output items of a response back matches the assistant message the session stored. A
+  reasoning item that follows any part of the run, or an assistant message that follows
+  a message or a call, starts a new one (a response's output is at most one reasoning
+  item and one message, then its calls);
+- ``function_call_output`` -> ``{"role": "tool", "tool_call_id", "content"}``;
+- user/system/developer messages -> ``{"role", "content"}`` (``developer`` read as
+  ``system``); content parts are joined with ``""``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from tito.server.gateway import TurnOutcome
+from tito.server.responses.models import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionTool,
+    InputItem,
+    MessageItem,
+    OutputItem,
+    ReasoningItem,
+    ResponseBody,
+    ResponsesRequest,
+    TextPart,
+)
+from tito.types.engine import SamplingParams
+from tito.types.messages import Message
+
+REASONING, MESSAGE, CALL = 0, 1, 2
+"""The order of the parts of one assistant turn among the input items."""
+THINKING_OFF = ("none", "minimal")
+"""``reasoning.effort`` values that switch the family's thinking off."""
+
+
+def text_of(content: str | list[TextPart]) -> str:
+    return content if isinstance(content, str) else "".join(p.text for p in content)
+
+
+def reasoning_text(item: ReasoningItem) -> str:
+    """The raw reasoning (``content``) when the item has it, else its summary."""
+    if item.content:
+        return "".join(p.text for p in item.content)
+    return "".join(p.text for p in item.summary)
+
+
+@dataclass
+class _Turn:
+    """One assistant message being assembled from consecutive items."""
+
+    rank: int = -1
+    """The last part added (:data:`REASONING`, :data:`MESSAGE` or :data:`CALL`)."""
+    reasoning: str | None = None
+    content: str | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def accepts(self, rank: int) -> bool:
+        return rank > self.rank or rank == self.rank == CALL
+
+    def add(self, item: ReasoningItem | MessageItem | FunctionCallItem) -> None:
+        if isinstance(item, ReasoningItem):
+            self.rank, self.reasoning = REASONING, reasoning_text(item)
+        elif isinstance(item, MessageItem):
+            self.rank, self.content = MESSAGE, text_of(item.content)
+        else:
+            self.rank = CALL
+            self.calls.append({"id": item.call_id, "type": "function",
+                               "function": {"name": item.name, "arguments": item.arguments}})
+
+    def message(self) -> Message:
+        """In the key order of ``ParsedCompletion.to_message``."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.reasoning is not None:
+            message["reasoning_content"] = self.reasoning
+        if self.calls:
+            message["tool_calls"] = self.calls
+        return message
+
+
+def _rank(item: InputItem) -> int | None:
+    """The item's place in an assistant turn; None: not part of one."""
+    if isinstance(item, ReasoningItem):
+        return REASONING
+    if isinstance(item, FunctionCallItem):
+        return CALL
+    if isinstance(item, MessageItem) and item.role == "assistant":
+        return MESSAGE
+    return None
+
+
+def chat_messages(items: list[InputItem]) -> list[Message]:
+    """Input items -> chat messages (see the module docstring)."""
+    out: list[Message] = []
+    turn: _Turn | None = None
+    for item in items:
+        rank = _rank(item)
+        if rank is not None:
+            assert not isinstance(item, FunctionCallOutputItem)
+            if turn is None or not turn.accepts(rank):
+                if turn is not None:
+                    out.append(turn.message())
+                turn = _Turn()
+            turn.add(item)
+            continue
+        if turn is not None:
+            out.append(turn.message())
+            turn = None
+        if isinstance(item, FunctionCallOutputItem):
+            out.append({"role": "tool", "tool_call_id": item.call_id,
+                        "content": text_of(item.output)})
+        elif isinstance(item, MessageItem):
+            role = "system" if item.role == "developer" else item.role
+            out.append({"role": role, "content": text_of(item.content)})
+    if turn is not None:
+        out.append(turn.message())
+    return out
+
+
+def with_instructions(messages: list[Message], instructions: str | None) -> list[Message]:
+    """``instructions`` as the leading system message: it replaces the one ``messages``
+    starts with, or is inserted before them."""
+    if instructions is None:
+        return messages
+    system: Message = {"role": "system", "content": instructions}
+    if messages and messages[0].get("role") == "system":
+        return messages if messages[0] == system else [system, *messages[1:]]
+    return [system, *messages]
+
+
+def chat_tools(tools: list[FunctionTool] | None) -> list[dict[str, Any]] | None:
+    """Function tools in the Chat Completions shape (``strict`` is not part of it)."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        if tool.parameters is not None:
+            function["parameters"] = tool.parameters
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def template_kwargs(request: ResponsesRequest, thinking_kwarg: str | None
+                    ) -> dict[str, Any] | None:
+    """``reasoning.effort`` none/minimal switches thinking off where the family can."""
+    effort = request.reasoning.effort if request.reasoning is not None else None
+    if effort in THINKING_OFF and thinking_kwarg is not None:
+        return {thinking_kwarg: False}
+    return None
+
+
+def sampling_params(request: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
+    """Explicit engine settings (OpenAI's defaults filled in)."""
+    return SamplingParams(
+        max_new_tokens=request.max_output_tokens or default_max_tokens,
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        top_k=-1, min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0,
+        repetition_penalty=1.0, stop=(), stop_token_ids=(), seed=None,
+    )
+
+
+# -- outcome -> response -----------------------------------------------------------------
+def output_items(outcome: TurnOutcome) -> list[OutputItem]:
+    """The turn's assistant message as output items: its reasoning (whenever the message
+    has ``reasoning_content``, even empty), its text, its calls. A turn that produced none
+    of these still gets an (empty) message item, so that echoing the output back keeps
+    the assistant turn in the history."""
+    parsed = outcome.parsed
+    incomplete = parsed.finish_reason == "length"
+    items: list[OutputItem] = []
+    reasoning = parsed.reasoning_content
+    if reasoning is not None:  # empty reasoning: no summary part (it echoes back as "")
+        items.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}",
+                      "summary": [{"type": "summary_text", "text": reasoning}]
+                      if reasoning else []})
+    if parsed.content or not (items or parsed.tool_calls):
+        items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}",
+                      "role": "assistant",
+                      "status": "incomplete" if incomplete else "completed",
+                      "content": [{"type": "output_text", "text": parsed.content or "",
+                                   "annotations": []}]})
+    for call in parsed.tool_calls:
+        function = call["function"]
+        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}",
+                      "call_id": call["id"], "name": function["name"],
+                      "arguments": function["arguments"], "status": "completed"})
+    return items
+
+
+def echoed_tools(tools: list[FunctionTool] | None) -> list[dict[str, Any]]:
+    return [{"type": "function", "name": t.name, "description": t.description,
+             "parameters": t.parameters, "strict": t.strict} for t in tools or ()]
+
+
+def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: str,
+                  model: str) -> ResponseBody:
+    """The ``response`` of a turn, echoing the request's settings as OpenAI does."""
+    finish = outcome.parsed.finish_reason
+    generated = len(outcome.result.output_ids)
+    body: ResponseBody = {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if finish == "length" else
+                  "cancelled" if finish == "abort" else "completed",
+        "model": model,
+        "output": output_items(outcome),
+        "usage": {"input_tokens": outcome.prompt_tokens,
+                  "input_tokens_details": {"cached_tokens": outcome.result.cached_tokens,
+                                           "cache_write_tokens": 0},
+                  "output_tokens": generated,
+                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": outcome.prompt_tokens + generated},
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
+        "instructions": request.instructions,
+        "previous_response_id": request.previous_response_id,
+        "parallel_tool_calls": True if request.parallel_tool_calls is None
+        else request.parallel_tool_calls,
+        "tool_choice": "auto" if request.tool_choice is None else request.tool_choice,
+        "tools": echoed_tools(request.tools),
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "max_output_tokens": request.max_output_tokens,
+        "store": True if request.store is None else request.store,
+        "metadata": request.metadata or {},
+    }
+    if request.reasoning is not None:
+        body["reasoning"] = {"effort": request.reasoning.effort,
+                             "summary": request.reasoning.summary}
+    return body

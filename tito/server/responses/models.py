@@ -1,0 +1,309 @@
+"""The OpenAI Responses wire: request and response models (pydantic v2).
+
+Requests are validated strictly (``true`` is not an integer, ``"yes"`` is not a boolean;
+an integer is a valid float) and unknown top-level fields are accepted and ignored, like
+the Chat Completions models (:mod:`tito.server.openai.models`). Input items are the four
+kinds a text agent sends back and forth: ``message``, ``function_call``,
+``function_call_output`` and ``reasoning`` (an item without ``type`` but with a ``role`` is
+a message, as the SDK allows). Responses are TypedDicts that mypy checks where
+:mod:`tito.server.responses.convert` builds them and pydantic validates and serializes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from typing_extensions import TypedDict
+
+from tito.server.http import check_depth
+from tito.server.openai.models import Wire, describe_validation_error
+from tito.types.errors import BadRequest
+
+
+class _Open(BaseModel):
+    """Unknown fields are kept (and ignored); known ones are strictly typed."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+# -- content parts -----------------------------------------------------------------------
+TEXT_PARTS = ("input_text", "output_text")
+MEDIA_PARTS = ("input_image", "input_file", "input_audio")
+
+
+class TextPart(_Open):
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+def check_text_parts(value: Any) -> Any:
+    """A list of content parts may hold only text parts (a clear 400 for images/files)."""
+    if isinstance(value, list):
+        for i, part in enumerate(value):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind in MEDIA_PARTS:
+                raise ValueError(f"content part {i} has type {kind!r}: images, files and "
+                                 "audio are not supported; send text parts only")
+            if kind not in TEXT_PARTS:
+                raise ValueError(f"content part {i} has type {kind!r}; only input_text and "
+                                 "output_text parts are supported")
+    return value
+
+
+# -- input items -------------------------------------------------------------------------
+class MessageItem(_Open):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[TextPart]
+
+    _parts = field_validator("content", mode="before")(check_text_parts)
+
+
+class FunctionCallItem(_Open):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    """JSON text, as the Responses API sends it."""
+    id: str | None = None
+
+
+class FunctionCallOutputItem(_Open):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[TextPart]
+
+    _parts = field_validator("output", mode="before")(check_text_parts)
+
+
+class SummaryText(_Open):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(_Open):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(_Open):
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+
+
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+
+
+def item_kind(value: Any) -> str | None:
+    """The item's ``type``; ``message`` for a typeless item with a ``role``."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if kind is None and "role" in value:
+            return "message"
+        return kind if isinstance(kind, str) else None
+    return getattr(value, "type", None)
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(item_kind),
+]
+
+
+# -- tools and settings ------------------------------------------------------------------
+class FunctionTool(_Open):
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ReasoningConfig(_Open):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponsesRequest(_Open):
+    input: str | list[Any]
+    """A string (one user message) or input items, each validated by :data:`ITEM`."""
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Any = None
+    """Accepted, echoed, not enforced."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    previous_response_id: str | None = None
+    store: bool | None = None
+    stream: bool | None = False
+    parallel_tool_calls: bool | None = None
+    metadata: dict[str, str] | None = None
+    reasoning: ReasoningConfig | None = None
+    text: Any = None
+    """Accepted and ignored (output format)."""
+
+    @field_validator("input")
+    @classmethod
+    def _not_empty(cls, value: str | list[Any]) -> str | list[Any]:
+        if isinstance(value, list) and not value:
+            raise ValueError("input must not be an empty list")
+        return value
+
+
+ITEM: TypeAdapter[InputItem] = TypeAdapter(InputItem)
+
+
+def parse_item(item: Any, index: int) -> InputItem:
+    """One input item, validated (BadRequest naming ``input.<index>`` otherwise)."""
+    kind = item_kind(item)
+    if kind not in ITEM_TYPES:
+        raise BadRequest(f"input item {index} has type {kind!r}, which is not supported "
+                         f"(supported: {', '.join(ITEM_TYPES)})", code="unsupported_item")
+    try:
+        return ITEM.validate_python(item)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors()[:8]:
+            # the first location step is the union's tag (the item's kind): dropped
+            loc = ".".join(str(x) for x in ("input", index, *err["loc"][1:]))
+            problems.append(f"{loc}: {err['msg']}")
+        raise BadRequest(f"invalid request: {'; '.join(problems)}") from exc
+
+
+UNSUPPORTED = ("conversation", "prompt")
+"""Top-level fields whose meaning cannot be honoured: refused when set (not ignored)."""
+
+
+def parse_responses_request(data: Any, *, max_depth: int = 64
+                            ) -> tuple[ResponsesRequest, list[InputItem]]:
+    """Validate a Responses request: (the request, its input items; a string input is one
+    user message). BadRequest with a readable message otherwise. ``max_depth``: how
+    deeply JSON may nest in any field (``--max-json-depth``)."""
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    check_depth(data, max_depth)
+    for name in UNSUPPORTED:
+        if data.get(name) is not None:
+            raise BadRequest(f"{name} is not supported on /v1/responses",
+                             code="unsupported_parameter")
+    tools = data.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise BadRequest(f"tools.{i} has type {kind!r}, which is not supported; only "
+                             "function tools are", code="unsupported_tool")
+    try:
+        request = ResponsesRequest.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from exc
+    if isinstance(request.input, str):
+        items: list[InputItem] = [MessageItem(role="user", content=request.input)]
+    else:
+        items = [parse_item(item, i) for i, item in enumerate(request.input)]
+    if request.stream:
+        raise BadRequest("streaming is not supported yet on /v1/responses",
+                         code="streaming_not_supported")
+    return request, items
+
+
+# -- responses ---------------------------------------------------------------------------
+class OutputText(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any]
+
+
+class OutputMessage(TypedDict):
+    type: Literal["message"]
+    id: str
+    role: Literal["assistant"]
+    status: Literal["completed", "incomplete"]
+    content: list[OutputText]
+
+
+class Summary(TypedDict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class OutputReasoning(TypedDict):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[Summary]
+
+
+class OutputFunctionCall(TypedDict):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["completed", "incomplete"]
+
+
+OutputItem = OutputReasoning | OutputMessage | OutputFunctionCall
+
+
+class InputTokensDetails(TypedDict):
+    cached_tokens: int
+    cache_write_tokens: int
+    """Always 0 (the engine's prefix cache is not written on request); the SDK requires it."""
+
+
+class OutputTokensDetails(TypedDict):
+    reasoning_tokens: int
+
+
+class Usage(TypedDict):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(TypedDict):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseBody(TypedDict):
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete", "cancelled"]
+    model: str
+    output: list[OutputItem]
+    usage: Usage
+    error: None
+    incomplete_details: IncompleteDetails | None
+    instructions: str | None
+    previous_response_id: str | None
+    parallel_tool_calls: bool
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    temperature: float
+    top_p: float
+    max_output_tokens: int | None
+    store: bool
+    metadata: dict[str, str]
+    reasoning: NotRequired[dict[str, Any]]
+
+
+RESPONSE = Wire(ResponseBody)
