@@ -70,8 +70,9 @@ async def test_two_turns_with_the_openai_sdk(client: httpx.AsyncClient,
     assert sample.tokens.tolist()[: len(second.input_ids)] == second.input_ids
 
 
-async def test_stream_is_one_chunk_then_usage_and_done(client: httpx.AsyncClient,
-                                                       engine: FakeEngine) -> None:
+async def test_stream_sends_role_call_finish_then_usage_and_done(
+        client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    """An engine without a stream of its own (FakeEngine) is streamed as one step."""
     engine.script({"role": "assistant", "content": "",
                    "tool_calls": [{"type": "function", "id": "call_1", "function": {
                        "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]})
@@ -83,13 +84,16 @@ async def test_stream_is_one_chunk_then_usage_and_done(client: httpx.AsyncClient
                                                stream=True,
                                                stream_options={"include_usage": True})
     chunks = [chunk async for chunk in stream]
-    assert len(chunks) == 2
-    delta = chunks[0].choices[0].delta
-    assert chunks[0].choices[0].finish_reason == "tool_calls"
-    assert delta.tool_calls is not None and delta.tool_calls[0].index == 0
-    assert delta.tool_calls[0].function is not None
-    assert delta.tool_calls[0].function.name == "get_weather"
-    assert chunks[1].choices == [] and chunks[1].usage is not None
+    assert len(chunks) == 5
+    assert chunks[0].choices[0].delta.role == "assistant"
+    header, arguments = chunks[1].choices[0].delta, chunks[2].choices[0].delta
+    assert header.tool_calls is not None and header.tool_calls[0].index == 0
+    assert header.tool_calls[0].function is not None
+    assert header.tool_calls[0].function.name == "get_weather"
+    assert arguments.tool_calls is not None and arguments.tool_calls[0].function is not None
+    assert arguments.tool_calls[0].function.arguments == '{"city": "Oslo"}'
+    assert chunks[3].choices[0].finish_reason == "tool_calls"
+    assert chunks[4].choices == [] and chunks[4].usage is not None
 
 
 async def test_session_lifecycle_and_models(client: httpx.AsyncClient) -> None:
