@@ -1,7 +1,8 @@
 """What an API module gives the app: its routes and how it words errors (design §7).
 
-Each API (OpenAI Chat Completions in :mod:`tito.server.openai`; Anthropic Messages and
-OpenAI Responses later) is a sibling package exposing one :class:`Api`. The app wraps every
+Each API (OpenAI Chat Completions in :mod:`tito.server.openai`, Anthropic Messages in
+:mod:`tito.server.anthropic`, OpenAI Responses in :mod:`tito.server.responses`) is a
+sibling package exposing one :class:`Api`. The app wraps every
 endpoint so that any failure leaves in that API's own error envelope, with the status the
 API gives the core error's kind, and every response >= 500 is logged once with its cause
 chain.
