@@ -88,24 +88,27 @@ def calls_of(response: Response) -> list[Any]:
     return [item for item in response.output if item.type == "function_call"]
 
 
-async def weather_turns(client: openai.AsyncOpenAI, *, chained: bool) -> list[Response]:
+async def weather_turns(client: openai.AsyncOpenAI, *, chained: bool,
+                        stream: bool = False) -> list[Response]:
     """Four turns: a call (with reasoning), its result, a developer reminder and a
     follow-up with two parallel calls, their results, then a last user message.
     ``chained``: each turn sends only its new items with ``previous_response_id``;
-    else the whole history, the earlier output items echoed back as the SDK gives them."""
+    else the whole history, the earlier output items echoed back as the SDK gives them.
+    ``stream``: each turn streamed (``client.responses.stream``, its final response)."""
     history: list[Any] = []
     replies: list[Response] = []
 
     async def turn(new: list[Any]) -> Response:
         history.extend(new)
         if chained and replies:
-            reply = await client.responses.create(
-                model="m", input=new, tools=TOOLS,  # type: ignore[arg-type]
-                previous_response_id=replies[-1].id)
+            kwargs: Any = {"input": new, "previous_response_id": replies[-1].id}
         else:
-            reply = await client.responses.create(
-                model="m", input=history, tools=TOOLS,  # type: ignore[arg-type]
-                instructions=INSTRUCTIONS)
+            kwargs = {"input": history, "instructions": INSTRUCTIONS}
+        if stream:
+            async with client.responses.stream(model="m", tools=TOOLS, **kwargs) as events:
+                reply: Response = await events.get_final_response()
+        else:
+            reply = await client.responses.create(model="m", tools=TOOLS, **kwargs)
         history.extend(reply.output)
         replies.append(reply)
         return reply
@@ -232,6 +235,25 @@ async def test_previous_response_id_gives_the_same_prompts(stack: Any) -> None:
     assert state["metadata"]["num_turns"] == 5 and state["records"][-1]["rolled_back"] == 1
 
 
+@pytest.mark.parametrize("chained", [False, True])
+async def test_streamed_turns_equal_unstreamed_ones(stack: Any, chained: bool) -> None:
+    engine, gateway = stack
+    sid, streamed_sid = new_session(gateway.url), new_session(gateway.url)
+    plain = await weather_turns(client_for(gateway.url, sid), chained=chained)
+    streamed = await weather_turns(client_for(gateway.url, streamed_sid), chained=chained,
+                                   stream=True)
+    for a, b in zip(plain, streamed, strict=True):
+        assert a.output_text == b.output_text and a.status == b.status
+        assert [(o.type, getattr(o, "name", None), getattr(o, "arguments", None))
+                for o in a.output] == \
+            [(o.type, getattr(o, "name", None), getattr(o, "arguments", None))
+             for o in b.output]
+    log = engine_log(engine.url, streamed_sid)
+    assert all(entry["stream"] for entry in log)
+    assert_tito_chain(log)
+    assert samples_identical(sample_of(gateway.url, sid), sample_of(gateway.url, streamed_sid))
+
+
 async def test_sample_equals_chat_completions(stack: Any) -> None:
     engine, gateway = stack
     sid = new_session(gateway.url)
@@ -253,8 +275,8 @@ async def test_sample_equals_chat_completions(stack: Any) -> None:
      "invalid_request", "images, files and audio are not supported"),
     ({"tools": [{"type": "web_search"}]}, "unsupported_tool",
      "tools.0 has type 'web_search', which is not supported"),
-    ({"stream": True}, "streaming_not_supported",
-     "streaming is not supported yet on /v1/responses"),
+    ({"conversation": "conv_1"}, "unsupported_parameter",
+     "conversation is not supported on /v1/responses"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "unsupported_item",
      "input item 0 has type 'item_reference'"),
     ({"max_output_tokens": True}, "invalid_request", "max_output_tokens"),

@@ -163,7 +163,7 @@ def slow_stack() -> Iterator[tuple[Proc, Proc]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 def test_a_client_that_leaves_mid_stream_leaves_the_session_as_it_was(
         slow_stack: tuple[Proc, Proc], api: str) -> None:
     engine, gateway = slow_stack
@@ -171,10 +171,13 @@ def test_a_client_that_leaves_mid_stream_leaves_the_session_as_it_was(
     if api == "chat":
         path, body = "v1/chat/completions", {"messages": [
             {"role": "user", "content": "SAY " + "word " * 100}], "stream": True}
-    else:
+    elif api == "messages":
         path, body = "v1/messages", {"model": "m", "max_tokens": 200, "stream": True,
                                      "messages": [{"role": "user",
                                                    "content": "SAY " + "word " * 100}]}
+    else:
+        path, body = "v1/responses", {"input": "SAY " + "word " * 100, "stream": True,
+                                      "max_output_tokens": 200}
     with httpx.stream("POST", f"{gateway.url}/sessions/{sid}/{path}", json=body) as resp:
         assert resp.status_code == 200
         received = []

@@ -18,8 +18,8 @@ message dicts (the session's replay matching compares them, design §5.3):
 
 from __future__ import annotations
 
+import hashlib
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from tito.server.responses.models import (
     FunctionTool,
     InputItem,
     MessageItem,
+    OutputFunctionCall,
     OutputItem,
     ReasoningItem,
     ResponseBody,
@@ -175,7 +176,25 @@ def sampling_params(request: ResponsesRequest, *, default_max_tokens: int) -> Sa
 
 
 # -- outcome -> response -----------------------------------------------------------------
-def output_items(outcome: TurnOutcome) -> list[OutputItem]:
+def item_id(response_id: str, kind: str, index: int = 0) -> str:
+    """A stable output-item id (``rs_``, ``msg_``, ``fc_``): the streamed items and the
+    final response name the same items alike."""
+    digest = hashlib.sha256(f"{response_id}/{kind}/{index}".encode()).hexdigest()[:32]
+    return f"{kind}_{digest}"
+
+
+def call_item(response_id: str, index: int, call: dict[str, Any], *,
+              done: bool = True) -> OutputFunctionCall:
+    """A tool call as a ``function_call`` item (``done=False``: as a stream opens it,
+    ``in_progress`` and without its arguments)."""
+    function = call["function"]
+    return {"type": "function_call", "id": item_id(response_id, "fc", index),
+            "call_id": call["id"], "name": function["name"],
+            "arguments": function["arguments"] if done else "",
+            "status": "completed" if done else "in_progress"}
+
+
+def output_items(outcome: TurnOutcome, response_id: str) -> list[OutputItem]:
     """The turn's assistant message as output items: its reasoning (whenever the message
     has ``reasoning_content``, even empty), its text, its calls. A turn that produced none
     of these still gets an (empty) message item, so that echoing the output back keeps
@@ -185,20 +204,16 @@ def output_items(outcome: TurnOutcome) -> list[OutputItem]:
     items: list[OutputItem] = []
     reasoning = parsed.reasoning_content
     if reasoning is not None:  # empty reasoning: no summary part (it echoes back as "")
-        items.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}",
+        items.append({"type": "reasoning", "id": item_id(response_id, "rs"),
                       "summary": [{"type": "summary_text", "text": reasoning}]
                       if reasoning else []})
     if parsed.content or not (items or parsed.tool_calls):
-        items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}",
+        items.append({"type": "message", "id": item_id(response_id, "msg"),
                       "role": "assistant",
                       "status": "incomplete" if incomplete else "completed",
                       "content": [{"type": "output_text", "text": parsed.content or "",
                                    "annotations": []}]})
-    for call in parsed.tool_calls:
-        function = call["function"]
-        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}",
-                      "call_id": call["id"], "name": function["name"],
-                      "arguments": function["arguments"], "status": "completed"})
+    items += [call_item(response_id, i, call) for i, call in enumerate(parsed.tool_calls)]
     return items
 
 
@@ -219,7 +234,7 @@ def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: 
         "status": "incomplete" if finish == "length" else
                   "cancelled" if finish == "abort" else "completed",
         "model": model,
-        "output": output_items(outcome),
+        "output": output_items(outcome, response_id),
         "usage": {"input_tokens": outcome.prompt_tokens,
                   "input_tokens_details": {"cached_tokens": outcome.result.cached_tokens,
                                            "cache_write_tokens": 0},
@@ -228,6 +243,21 @@ def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: 
                   "total_tokens": outcome.prompt_tokens + generated},
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
+        **echoed_settings(request),  # type: ignore[typeddict-item]
+    }
+    return body
+
+
+def response_head(request: ResponsesRequest, response_id: str, model: str
+                  ) -> dict[str, Any]:
+    """The response as a stream opens it: ``in_progress``, no output, no usage yet."""
+    return {"id": response_id, "object": "response", "created_at": int(time.time()),
+            "status": "in_progress", "model": model, "output": [], "usage": None,
+            "error": None, "incomplete_details": None, **echoed_settings(request)}
+
+
+def echoed_settings(request: ResponsesRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "instructions": request.instructions,
         "previous_response_id": request.previous_response_id,
         "parallel_tool_calls": True if request.parallel_tool_calls is None
@@ -241,6 +271,6 @@ def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: 
         "metadata": request.metadata or {},
     }
     if request.reasoning is not None:
-        body["reasoning"] = {"effort": request.reasoning.effort,
-                             "summary": request.reasoning.summary}
-    return body
+        out["reasoning"] = {"effort": request.reasoning.effort,
+                            "summary": request.reasoning.summary}
+    return out

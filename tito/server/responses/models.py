@@ -217,9 +217,6 @@ def parse_responses_request(data: Any, *, max_depth: int = 64
         items: list[InputItem] = [MessageItem(role="user", content=request.input)]
     else:
         items = [parse_item(item, i) for i, item in enumerate(request.input)]
-    if request.stream:
-        raise BadRequest("streaming is not supported yet on /v1/responses",
-                         code="streaming_not_supported")
     return request, items
 
 
@@ -234,7 +231,7 @@ class OutputMessage(TypedDict):
     type: Literal["message"]
     id: str
     role: Literal["assistant"]
-    status: Literal["completed", "incomplete"]
+    status: Literal["in_progress", "completed", "incomplete"]
     content: list[OutputText]
 
 
@@ -255,7 +252,7 @@ class OutputFunctionCall(TypedDict):
     call_id: str
     name: str
     arguments: str
-    status: Literal["completed", "incomplete"]
+    status: Literal["in_progress", "completed", "incomplete"]
 
 
 OutputItem = OutputReasoning | OutputMessage | OutputFunctionCall

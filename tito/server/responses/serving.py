@@ -21,11 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import decode_json
+from tito.server.http import cancel_on_disconnect, decode_json
+from tito.server.openai.serving import STREAM_PARSE_EVERY
 from tito.server.responses.convert import (
     chat_messages,
     chat_tools,
     response_body,
+    response_head,
     sampling_params,
     template_kwargs,
     with_instructions,
@@ -36,7 +38,8 @@ from tito.server.responses.models import (
     ResponsesRequest,
     parse_responses_request,
 )
-from tito.server.serving import read_turn_body, run_api_turn
+from tito.server.responses.streaming import live_events
+from tito.server.serving import open_turn_stream, read_turn_body, run_api_turn, sse_response
 from tito.session import Session, TreeSession
 from tito.session.tree import path_messages, path_of
 from tito.types.errors import BadRequest
@@ -120,6 +123,12 @@ async def responses(gateway: Gateway, request: Request) -> Response:
                 response_id, [*turn.messages, outcome.parsed.to_message()])
         return response_body(outcome, body, response_id, gateway.model_name)
 
+    if body.stream:
+        stream = await cancel_on_disconnect(request, open_turn_stream(
+            gateway, session, turn, params, heavy=heavy, response_id=response_id))
+        head = response_head(body, response_id, gateway.model_name)
+        return sse_response(live_events(stream, head, gateway.renderer.parse,
+                                        STREAM_PARSE_EVERY, build))
     reply = await run_api_turn(gateway, request, session, raw, turn, params, heavy=heavy,
                                response_id=response_id, build=build)
     return Response(RESPONSE.dump(reply), media_type=JSON)

@@ -1,0 +1,162 @@
+"""The Responses API's stream events for a turn as the engine generates it.
+
+``response.created`` and ``response.in_progress`` (the response without output), then per
+output item, in order: a ``reasoning`` item (``response.reasoning_summary_text.delta``), a
+``message`` item (``response.output_text.delta``) and one ``function_call`` item per tool
+call, sent as soon as the call is complete (``response.function_call_arguments.delta``
+with its whole arguments); each item is opened (``response.output_item.added``, and its
+part) and closed (``*.done``, ``response.output_item.done``). Once the turn is committed:
+``response.completed`` (``response.incomplete`` on the length limit) with the whole
+response, whose items carry the ids the stream used. An error after the first byte is an
+``error`` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from tito.parse.stream import Delta
+from tito.server.gateway import TurnOutcome
+from tito.server.openai.errors import TYPE
+from tito.server.responses.convert import call_item, item_id
+from tito.server.responses.models import ResponseBody
+from tito.server.serving import TurnStream
+from tito.types.errors import TitoError
+from tito.types.messages import ParsedCompletion
+
+Parse = Callable[[Any, str], ParsedCompletion]
+
+
+class ResponseEvents:
+    """Numbered events and the output items opened so far."""
+
+    def __init__(self, response_id: str) -> None:
+        self.response_id = response_id
+        self.sequence = 0
+        self.index = -1
+        self.open: str | None = None
+        self.text = ""
+        self.sent: set[str] = set()
+
+    def event(self, kind: str, **data: Any) -> bytes:
+        payload = orjson.dumps({"type": kind, "sequence_number": self.sequence, **data})
+        self.sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
+
+    def delta(self, kind: str, text: str) -> list[bytes]:
+        out = [] if self.open == kind else self.close() + self._open(kind)
+        self.text += text
+        item = item_id(self.response_id, kind)
+        if kind == "rs":
+            out.append(self.event("response.reasoning_summary_text.delta", item_id=item,
+                                  output_index=self.index, summary_index=0, delta=text))
+        else:
+            out.append(self.event("response.output_text.delta", item_id=item,
+                                  output_index=self.index, content_index=0, delta=text,
+                                  logprobs=[]))
+        return out
+
+    def _open(self, kind: str) -> list[bytes]:
+        self.index += 1
+        self.open, self.text = kind, ""
+        item = item_id(self.response_id, kind)
+        self.sent.add(item)
+        if kind == "rs":
+            return [self.event("response.output_item.added", output_index=self.index,
+                               item={"type": "reasoning", "id": item, "summary": []}),
+                    self.event("response.reasoning_summary_part.added", item_id=item,
+                               output_index=self.index, summary_index=0,
+                               part={"type": "summary_text", "text": ""})]
+        return [self.event("response.output_item.added", output_index=self.index, item={
+                    "type": "message", "id": item, "role": "assistant",
+                    "status": "in_progress", "content": []}),
+                self.event("response.content_part.added", item_id=item,
+                           output_index=self.index, content_index=0,
+                           part={"type": "output_text", "text": "", "annotations": []})]
+
+    def close(self) -> list[bytes]:
+        kind, self.open = self.open, None
+        if kind is None:
+            return []
+        item = item_id(self.response_id, kind)
+        if kind == "rs":
+            summary = {"type": "summary_text", "text": self.text}
+            return [self.event("response.reasoning_summary_text.done", item_id=item,
+                               output_index=self.index, summary_index=0, text=self.text),
+                    self.event("response.reasoning_summary_part.done", item_id=item,
+                               output_index=self.index, summary_index=0, part=summary),
+                    self.event("response.output_item.done", output_index=self.index, item={
+                        "type": "reasoning", "id": item, "summary": [summary]})]
+        part: dict[str, Any] = {"type": "output_text", "text": self.text, "annotations": []}
+        return [self.event("response.output_text.done", item_id=item,
+                           output_index=self.index, content_index=0, text=self.text,
+                           logprobs=[]),
+                self.event("response.content_part.done", item_id=item,
+                           output_index=self.index, content_index=0, part=part),
+                self.event("response.output_item.done", output_index=self.index, item={
+                    "type": "message", "id": item, "role": "assistant",
+                    "status": "completed", "content": [part]})]
+
+    def call(self, index: int, call: dict[str, Any]) -> list[bytes]:
+        out = self.close()
+        self.index += 1
+        opened = call_item(self.response_id, index, call, done=False)
+        done = call_item(self.response_id, index, call)
+        self.sent.add(done["id"])
+        return [
+            *out,
+            self.event("response.output_item.added", output_index=self.index, item=opened),
+            self.event("response.function_call_arguments.delta", item_id=done["id"],
+                       output_index=self.index, delta=done["arguments"]),
+            self.event("response.function_call_arguments.done", item_id=done["id"],
+                       output_index=self.index, arguments=done["arguments"],
+                       name=done["name"]),
+            self.event("response.output_item.done", output_index=self.index, item=done)]
+
+    def items(self, delta: Delta) -> list[bytes]:
+        out = []
+        for kind, text in (("rs", delta.reasoning), ("msg", delta.content)):
+            if text:
+                out += self.delta(kind, text)
+        for i, call in enumerate(delta.calls, start=delta.first_call):
+            out += self.call(i, call)
+        return out
+
+    def finish(self, body: ResponseBody) -> list[bytes]:
+        """Items of the final response the stream did not carry (e.g. an empty reasoning
+        item), then the terminal event with the whole response."""
+        out = self.close()
+        for item in body["output"]:
+            if item["id"] not in self.sent:
+                self.index += 1
+                out += [self.event("response.output_item.added", output_index=self.index,
+                                   item=item),
+                        self.event("response.output_item.done", output_index=self.index,
+                                   item=item)]
+        kind = "response.incomplete" if body["status"] == "incomplete" else \
+            "response.completed"
+        return [*out, self.event(kind, response=body)]
+
+
+async def live_events(stream: TurnStream, head: dict[str, Any], parse: Parse, every: int,
+                      build: Callable[[TurnOutcome], ResponseBody]
+                      ) -> AsyncIterator[bytes]:
+    """The stream of one turn; ``head``: the response without output (``in_progress``);
+    ``build``: the final response of the committed outcome."""
+    events = ResponseEvents(stream.response_id)
+    try:
+        yield events.event("response.created", response=head)
+        yield events.event("response.in_progress", response=head)
+        async for event in stream.deltas(parse, every):
+            chunks = events.items(event) if isinstance(event, Delta) else \
+                events.finish(build(event))
+            for chunk in chunks:
+                yield chunk
+    except TitoError as exc:
+        yield events.event("error", code=exc.code, message=exc.message, param=None,
+                           error_type=TYPE.get(exc.kind, "invalid_request_error"))
+    finally:
+        await stream.aclose()
