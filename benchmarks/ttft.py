@@ -1,5 +1,5 @@
-"""Time to first token: streamed through the gateway (Chat Completions and Anthropic
-Messages) next to the engine's own ``/generate`` stream.
+"""Time to first token: streamed through the gateway (Chat Completions, Anthropic
+Messages, Responses) next to the engine's own ``/generate`` stream.
 
 ``tito mock-engine`` runs with a prefill latency and a per-token latency (so the first
 token has a known floor); the same prompt is streamed ``--repeat`` times each way, one
@@ -75,6 +75,11 @@ def messages_text(data: bytes) -> bool:
     return event.get("type") == "content_block_delta"
 
 
+def responses_text(data: bytes) -> bool:
+    return json.loads(data).get("type") in ("response.output_text.delta",
+                                            "response.reasoning_summary_text.delta")
+
+
 def measure(stream: Callable[[], Iterator[tuple[float, bytes]]],
             is_text: Callable[[bytes], bool], repeat: int) -> tuple[list[float], list[float]]:
     first, total = [], []
@@ -128,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
                 gateway.url, f"/sessions/{new_session()}/v1/messages",
                 {"model": "m", "messages": user, "max_tokens": args.max_tokens,
                  "stream": True, "thinking": {"type": "disabled"}}), messages_text),
+            "gateway responses, first turn": (lambda: sse(
+                gateway.url, f"/sessions/{new_session()}/v1/responses",
+                {"input": user, "max_output_tokens": args.max_tokens, "stream": True,
+                 "reasoning": {"effort": "none"}}), responses_text),
         }
         for name, (stream, is_text) in cases.items():
             first, total = measure(stream, is_text, args.repeat)
@@ -146,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                 ["stream", "TTFT p50", "TTFT p90", "end p50", "end p90"], rows,
                 caption="TTFT: request sent -> first generated text (engine: first chunk "
                         "with ids; chat: first content/reasoning delta; messages: first "
-                        "content_block_delta).")
+                        "content_block_delta; responses: first text delta).")
     for name, fig in list(figures.items())[1:]:
         print(f"{name}: TTFT {fmt(fig['ttft_over_engine_ms'])} ms over the engine's own")
     if args.json is not None:

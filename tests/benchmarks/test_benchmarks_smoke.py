@@ -70,5 +70,6 @@ def test_ttft_tiny(tmp_path: Path) -> None:
                         "--token-latency-ms", "1", tmp_path=tmp_path)
     assert "time to first token" in out
     for label in ("engine /generate stream", "gateway chat, first turn",
-                  "gateway messages, first turn", "over the engine's own"):
+                  "gateway messages, first turn", "gateway responses, first turn",
+                  "over the engine's own"):
         assert label in out, label

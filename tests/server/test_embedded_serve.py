@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import numpy as np
 import openai
@@ -57,5 +58,23 @@ def test_embedded_serve_two_turns_exact_sample() -> None:
         assert len(texts) > 1 and "".join(texts) == first.choices[0].message.content
         streamed = httpx.get(f"{gateway.url}/sessions/{again}?include_ids=true").json()
         assert streamed["records"][0]["output_ids"] == r0["output_ids"]
+
+        # the other two APIs over the same model, streamed: the same first answer
+        question = messages[0]["content"]
+        sid3 = httpx.post(gateway.url + "/sessions").json()["session_id"]
+        claude = anthropic.Anthropic(base_url=f"{gateway.url}/sessions/{sid3}",
+                                     api_key="x", max_retries=0)
+        with claude.messages.stream(  # this SDK has no temperature argument: extra_body
+                model="m", max_tokens=12, extra_body={"temperature": 0},
+                messages=[{"role": "user", "content": question}]) as events:
+            text = "".join(events.text_stream)
+        assert text == first.choices[0].message.content
+        sid4 = httpx.post(gateway.url + "/sessions").json()["session_id"]
+        responses = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid4}/v1", api_key="x",
+                                  max_retries=0)
+        with responses.responses.stream(model="m", input=question, max_output_tokens=12,
+                                        temperature=0) as events:
+            final = events.get_final_response()
+        assert final.output_text == first.choices[0].message.content
     finally:
         gateway.stop()
