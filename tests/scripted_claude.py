@@ -16,7 +16,11 @@ SYSTEM = [{"type": "text", "text": "You are a weather bot."},
 
 
 def claude(url: str, sid: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=f"{url}/sessions/{sid}", api_key="x", max_retries=0)
+    """The SDK as Claude-Code-style agents configure it (a beta header the gateway
+    accepts and ignores)."""
+    return anthropic.Anthropic(base_url=f"{url}/sessions/{sid}", api_key="x", max_retries=0,
+                               default_headers={"anthropic-beta":
+                                                "interleaved-thinking-2025-05-14"})
 
 
 def blocks(message: Any) -> list[dict[str, Any]]:
