@@ -15,8 +15,9 @@ Properties, for every body:
     with a 4xx status;
 (c) after a 4xx the session (``GET /sessions/<id>`` with ids and messages, timing fields
     left out) is exactly what it was before;
-(d) a 200 chat reply is a ``chat.completion`` (with ``stream: true``, one
-    ``chat.completion.chunk``, maybe a usage chunk, then ``[DONE]``) and the session then
+(d) a 200 chat reply is a ``chat.completion`` (with ``stream: true``,
+    ``chat.completion.chunk`` s whose deltas put together are such a message, one finish
+    reason, maybe a usage chunk, then ``[DONE]``) and the session then
     holds the request's messages plus the reply; a 200 samples reply decodes, its samples
     keep the TITO invariants and the caller's metadata, and the session is unchanged.
 
@@ -294,19 +295,36 @@ def check_completion(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_stream(text: str) -> None:
-    """(d) for ``stream: true``: one chunk with the whole message, maybe usage, [DONE]."""
+    """(d) for ``stream: true``: chunks whose deltas add up to an assistant message (tool
+    calls: an id and name, then arguments, per index), one finish reason, maybe a usage
+    chunk, then [DONE]."""
     events = [line[len("data: "):] for line in text.split("\n\n") if line]
-    assert events[-1] == "[DONE]" and 2 <= len(events) <= 3, text
-    first = json.loads(events[0])
-    assert first["object"] == "chat.completion.chunk", first
-    [choice] = first["choices"]
-    assert choice["finish_reason"] in ("stop", "length", "tool_calls"), first
-    check_message({k: v for k, v in choice["delta"].items() if k != "tool_calls"})
-    for i, call in enumerate(choice["delta"].get("tool_calls", [])):
-        assert call["index"] == i and call["id"].startswith("call_"), call
-    if len(events) == 3:
-        usage = json.loads(events[1])
-        assert usage["choices"] == [] and usage["usage"]["total_tokens"] > 0, usage
+    assert events[-1] == "[DONE]" and len(events) >= 3, text
+    chunks = [json.loads(e) for e in events[:-1]]
+    if not chunks[-1]["choices"]:  # the usage chunk
+        usage = chunks.pop()
+        assert usage["usage"]["total_tokens"] > 0, usage
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks), chunks
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks]
+    assert finishes[:-1] == [None] * (len(finishes) - 1), finishes
+    assert finishes[-1] in ("stop", "length", "tool_calls"), finishes
+    message: dict[str, Any] = {"role": "assistant", "content": ""}
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"]
+        for key in ("content", "reasoning_content"):
+            if delta.get(key):
+                message[key] = message.get(key, "") + delta[key]
+        for call in delta.get("tool_calls", []):
+            if "id" in call:
+                assert call["index"] == len(calls), call
+                calls[call["index"]] = {"id": call["id"], "type": call["type"], "function": {
+                    "name": call["function"]["name"], "arguments": ""}}
+            calls[call["index"]]["function"]["arguments"] += call["function"].get(
+                "arguments", "")
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    check_message(message)
 
 
 def error_code(resp: httpx.Response) -> str:
