@@ -47,6 +47,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "max_prompt_tokens": ({"max_prompt_tokens": 0}, ["--max-prompt-tokens must be"]),
     "max_json_depth": ({"max_json_depth": 2}, ["--max-json-depth must be in [4, 512]"]),
     "default_max_tokens": ({"default_max_tokens": 0}, ["--default-max-tokens must be"]),
+    "stream_interval": ({"stream_interval": 0}, ["--stream-interval must be at least 1"]),
     "routing_replay_retract": ({"routing_replay": True, "indexer_replay": True},
                                ["--routing-replay and --indexer-replay",
                                 "--pause-generation-mode retract",

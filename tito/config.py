@@ -54,6 +54,8 @@ class ServerConfig:
     max_json_depth: int = 64
     """Deepest JSON nesting accepted in any request field (400 ``json_too_deep``)."""
     engine_timeout: float = 600.0
+    stream_interval: int = 1
+    """Output ids per engine stream chunk of a streamed turn (SGLang ``stream_interval``)."""
     served_model_name: str | None = None
     strict_template: bool = False
     journal: str | None = None
@@ -183,6 +185,8 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--max-json-depth must be in [4, 512]"),
     Rule("default_max_tokens", lambda c: c.default_max_tokens < 1,
          lambda c: "--default-max-tokens must be at least 1"),
+    Rule("stream_interval", lambda c: c.stream_interval < 1,
+         lambda c: "--stream-interval must be at least 1"),
     Rule("routing_replay_retract", lambda c: c.replay
          and c.pause_generation_mode == "retract",
          lambda c: f"{_replay_flags(c)} with --pause-generation-mode retract requests the "

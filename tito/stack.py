@@ -47,7 +47,7 @@ def build_engine(config: ServerConfig) -> Engine:
     if not config.engine_url:
         raise ConfigError(f"--engine {config.engine} has no engine URL")
     return SGLangEngine(config.engine_url, timeout=config.engine_timeout,
-                        lora_path=config.lora_name)
+                        lora_path=config.lora_name, stream_interval=config.stream_interval)
 
 
 def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = None,

@@ -147,11 +147,12 @@ def test_anthropic_streamed_conversation_equals_the_unstreamed_one(stack: Any) -
 
 @pytest.fixture(scope="module")
 def slow_stack() -> Iterator[tuple[Proc, Proc]]:
-    """A mock engine that takes 20 ms per token, and a gateway in front of it."""
+    """A mock engine that takes 20 ms per token, and a gateway in front of it that asks
+    for stream chunks of 2 ids."""
     tokenizer = tokenizer_dir("qwen3")
     engine = start_mock(tokenizer, "qwen3", "--token-latency-ms", "20")
     try:
-        gateway = start_gateway(engine.url, tokenizer, "qwen3")
+        gateway = start_gateway(engine.url, tokenizer, "qwen3", "--stream-interval", "2")
     except Exception:
         engine.stop()
         raise
@@ -201,7 +202,7 @@ def test_a_client_that_leaves_mid_stream_leaves_the_session_as_it_was(
 @pytest.mark.slow
 def test_a_tool_call_is_sent_as_soon_as_it_is_complete(
         slow_stack: tuple[Proc, Proc]) -> None:
-    _, gateway = slow_stack
+    engine, gateway = slow_stack
     sid = new_session(gateway.url)
     body = {"messages": [{"role": "user", "content":
                           'CALL get_weather {"city": "Paris"}\n'
@@ -226,3 +227,5 @@ def test_a_tool_call_is_sent_as_soon_as_it_is_complete(
     view = httpx.get(f"{gateway.url}/sessions/{sid}", params={"include_messages": "true"})
     stored = view.json()["messages"][-1]["tool_calls"]
     assert [c["id"] for c in stored] == ids  # the ids the client saw are the stored ones
+    sent = httpx.get(engine.url + "/mock/requests").json()[-1]
+    assert sent["stream"] and sent["sampling_params"]["stream_interval"] == 2

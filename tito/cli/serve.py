@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="deepest JSON nesting accepted in a request field (400 above)")
     p.add_argument("--engine-timeout", type=float, default=600.0,
                    help="seconds to wait for one engine generation (504 after)")
+    p.add_argument("--stream-interval", type=int, default=1, metavar="N",
+                   help="output ids per engine stream chunk of a streamed turn (SGLang "
+                        "stream_interval)")
     p.add_argument("--served-model-name", default=None,
                    help="model name reported in responses (default tito-<family>)")
     p.add_argument("--strict-template", action="store_true",
@@ -136,7 +139,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,
         session_ttl=args.session_ttl, max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth, max_prompt_tokens=args.max_prompt_tokens,
-        engine_timeout=args.engine_timeout, served_model_name=args.served_model_name,
+        engine_timeout=args.engine_timeout, stream_interval=args.stream_interval,
+        served_model_name=args.served_model_name,
         strict_template=args.strict_template, access_log=args.access_log,
         journal=args.journal, api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
         allowed_hosts=None if args.allowed_hosts is None else
