@@ -158,6 +158,10 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     from tito.types.engine import GenerateResult, check_output
     from tito.types.messages import TurnRequest
 
+    # the gateway encodes with the fast encoder once it is built (at startup)
+    building = renderer.tokenizer.start_fast_encoder()
+    if building is not None:
+        building.join()
     # rebuild the session state the gateway holds before this request: every turn but
     # the last one committed (history = the request minus its appended message)
     model = MockModel(renderer)
@@ -184,7 +188,8 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     previous = session.messages[-1]
     return {
         "request JSON parse": cpu_time(lambda: orjson.loads(body), reps),
-        "request validation": cpu_time(lambda: parse_chat_request(data), reps),
+        "request validation": cpu_time(lambda: parse_chat_request(  # as the gateway does:
+            data, known=list(session.messages)), reps),  # the stored prefix was checked
         "session plan (match + bridge)": cpu_time(plan_only, reps),
         "  of which bridge": cpu_time(lambda: renderer.bridge(
             previous, renderer.primary_stop_id, messages[len(session.messages):]), reps),

@@ -31,6 +31,10 @@ class ServerConfig:
     family: str = "default"
     engine: str = "sglang"
     engine_url: str | None = None
+    extra_engine_urls: tuple[str, ...] = ()
+    """More engines (``--engine-url`` given several times): sessions are spread over all."""
+    engine_max_inflight: int | None = None
+    """Requests in flight per engine (more wait); None: no cap."""
     chat_template: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -151,6 +155,12 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--engine sglang needs --engine-url"),
     Rule("engine_url_unused", lambda c: c.engine != "sglang" and bool(c.engine_url),
          lambda c: "--engine-url is only used with --engine sglang"),
+    Rule("engine_urls_unique", lambda c: len({c.engine_url, *c.extra_engine_urls})
+         < 1 + len(c.extra_engine_urls),
+         lambda c: "--engine-url names the same engine twice; give each engine once"),
+    Rule("engine_max_inflight", lambda c: c.engine_max_inflight is not None
+         and c.engine_max_inflight < 1,
+         lambda c: "--engine-max-inflight must be at least 1"),
     Rule("tokenizer_needed", lambda c: c.engine in ("sglang", "mock") and not c.tokenizer,
          lambda c: f"--tokenizer is required with --engine {c.engine}"),
     Rule("tokenizer_unused", lambda c: c.engine == "embedded" and bool(c.tokenizer),

@@ -46,8 +46,18 @@ def build_engine(config: ServerConfig) -> Engine:
 
     if not config.engine_url:
         raise ConfigError(f"--engine {config.engine} has no engine URL")
-    return SGLangEngine(config.engine_url, timeout=config.engine_timeout,
-                        lora_path=config.lora_name, stream_interval=config.stream_interval)
+
+    def client(url: str) -> SGLangEngine:
+        return SGLangEngine(url, timeout=config.engine_timeout, lora_path=config.lora_name,
+                            stream_interval=config.stream_interval)
+
+    if not config.extra_engine_urls and config.engine_max_inflight is None:
+        return client(config.engine_url)
+    from tito.engines.pool import EnginePool
+
+    urls = (config.engine_url, *config.extra_engine_urls)
+    return EnginePool([(url, client(url)) for url in urls],
+                      max_inflight=config.engine_max_inflight)
 
 
 def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = None,
@@ -91,7 +101,8 @@ class Stack:
         config = self.gateway.config
         where = {"embedded": "embedded SmolLM2-135M",
                  "mock": f"mock engine at {config.engine_url}",
-                 "sglang": f"sglang at {config.engine_url}"}[self.engine]
+                 "sglang": "sglang at " + ", ".join((config.engine_url or "",
+                                                     *config.extra_engine_urls))}[self.engine]
         return f"{where}, family {config.family}"
 
     async def close(self) -> None:

@@ -22,7 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on this CPU, in-process, with its own tokenizer; sglang: native "
                         "/generate, also what `tito mock-engine` speaks). Unset: sglang when "
                         "--engine-url is given, else embedded")
-    p.add_argument("--engine-url", help="base URL of the engine, e.g. http://127.0.0.1:30000")
+    p.add_argument("--engine-url", action="append", default=None, metavar="URL",
+                   help="base URL of the engine, e.g. http://127.0.0.1:30000; give it several "
+                        "times to spread sessions over several engines")
+    p.add_argument("--engine-max-inflight", type=int, default=None, metavar="N",
+                   help="requests in flight per engine (more wait; default: no cap)")
     p.add_argument("--tokenizer", default=None,
                    help="local folder with tokenizer.json (or vocab.json + merges.txt) and "
                         "the chat template; loaded offline (required unless --engine embedded)")
@@ -129,11 +133,14 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    engine = args.engine or ("sglang" if args.engine_url else "embedded")
+    urls = [u.rstrip("/") for u in args.engine_url or ()]
+    engine = args.engine or ("sglang" if urls else "embedded")
     family = args.family or default_family(engine)
     return ServerConfig(
         tokenizer=args.tokenizer or "", family=family, engine=engine,
-        engine_url=args.engine_url, chat_template=args.chat_template, host=args.host,
+        engine_url=urls[0] if urls else None, extra_engine_urls=tuple(urls[1:]),
+        engine_max_inflight=args.engine_max_inflight,
+        chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         **session_config(args), max_seq_len=args.max_seq_len,
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,

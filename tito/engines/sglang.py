@@ -42,7 +42,7 @@ from tito.types.engine import (
     TokenIds,
     WeightSpan,
 )
-from tito.types.errors import EngineError, EngineRejected, EngineTimeout
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
 
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -562,8 +562,8 @@ class SGLangEngine:
         return EngineTimeout(f"engine {self.url}{path} timed out after {timeout.total}s")
 
     def _transport_error(self, path: str, exc: BaseException, note: str = "") -> EngineError:
-        return EngineError(f"engine transport error on {self.url}{path}: "
-                           f"{type(exc).__name__}: {exc}{note}")
+        return EngineUnreachable(f"engine transport error on {self.url}{path}: "
+                                 f"{type(exc).__name__}: {exc}{note}")
 
     async def _post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         return await self._request("POST", path, orjson.dumps(payload, option=_JSON_OPTS))

@@ -16,7 +16,10 @@ class Metrics:
     def error(self, status: int, code: str) -> None:
         self.errors[(status, code)] += 1
 
-    def render(self, gauges: dict[str, float]) -> str:
+    def render(self, gauges: dict[str, float],
+               engines: dict[str, dict[str, float]] | None = None) -> str:
+        """``engines``: per engine URL, its figures (``tito_engine_<name>{engine="URL"}``;
+        the ``_total`` ones are counters)."""
         lines: list[str] = []
         for name, value in sorted(self.counters.items()):
             lines += [f"# TYPE tito_{name} counter", f"tito_{name} {value}"]
@@ -25,4 +28,10 @@ class Metrics:
             lines.append(f'tito_errors_total{{status="{status}",code="{code}"}} {value}')
         for gauge, level in sorted(gauges.items()):
             lines += [f"# TYPE tito_{gauge} gauge", f"tito_{gauge} {level}"]
+        names = sorted({name for figures in (engines or {}).values() for name in figures})
+        for name in names:
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines.append(f"# TYPE tito_engine_{name} {kind}")
+            for url, figures in sorted((engines or {}).items()):
+                lines.append(f'tito_engine_{name}{{engine="{url}"}} {figures[name]}')
         return "\n".join(lines) + "\n"

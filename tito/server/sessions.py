@@ -31,7 +31,8 @@ async def health(gateway: Gateway, request: Request) -> Response:
         "session_server_instance_id": gateway.instance_id,  # the reference's name
         "engine": {"name": gateway.engine.name,
                    "url": getattr(gateway.engine, "url", None),
-                   "ok": engine_error is None, "error": engine_error},
+                   "ok": engine_error is None, "error": engine_error,
+                   **_pool_view(gateway.engine)},
         "family": gateway.renderer.family,
         "session_version": gateway.config.session_version,
         "paused": gateway.pause_mode,
@@ -51,6 +52,15 @@ async def health(gateway: Gateway, request: Request) -> Response:
     }, status=200 if engine_error is None else 503)
 
 
+def _pool_view(engine: object) -> dict[str, Any]:
+    """An engine pool's members on /health: URL, up, in flight, sessions."""
+    stats = getattr(engine, "stats", None)
+    if not callable(stats):
+        return {}
+    return {"engines": [{"url": url, "up": bool(f["up"]), "inflight": int(f["inflight"]),
+                         "sessions": int(f["sessions"])} for url, f in stats().items()]}
+
+
 async def metrics(gateway: Gateway, request: Request) -> Response:
     gauges: dict[str, float] = {"sessions": len(gateway.store),
                                 "sessions_expired_total": gateway.store.expired_total}
@@ -62,7 +72,8 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
-    text = gateway.metrics.render(gauges)
+    stats = getattr(gateway.engine, "stats", None)  # an engine pool: figures per engine
+    text = gateway.metrics.render(gauges, stats() if callable(stats) else None)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -134,6 +134,11 @@ class EngineError(TitoError):
     code = "engine_error"
 
 
+class EngineUnreachable(EngineError):
+    """The engine could not be reached or dropped the connection (a transport failure):
+    an engine pool ejects it."""
+
+
 class EngineTimeout(EngineError):
     kind = ErrorKind.ENGINE_TIMEOUT
     code = "engine_timeout"

@@ -1,0 +1,162 @@
+"""Several engines behind one gateway (``tito serve --engine-url A --engine-url B``):
+placement, stickiness, ejection and re-admission, aborts, broadcasts, per-engine metrics.
+In-process over FakeEngines for the pool's rules; real processes (two ``tito mock-engine``
+and a ``tito serve``) for the whole path."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fakes import FakeEngine
+from support import Proc, start_gateway, start_mock, tokenizer_dir
+
+from tito.engines.pool import EnginePool, session_of
+from tito.render.base import TemplateRenderer
+from tito.types.engine import SamplingParams
+from tito.types.errors import EngineUnreachable
+
+PARAMS = SamplingParams(max_new_tokens=8)
+
+
+def pool_of(renderer: TemplateRenderer, n: int, **kw: Any) -> tuple[EnginePool,
+                                                                       list[FakeEngine]]:
+    engines = [FakeEngine(renderer) for _ in range(n)]
+    return EnginePool([(f"http://e{i}", e) for i, e in enumerate(engines)], **kw), engines
+
+
+def test_request_ids_name_their_session() -> None:
+    assert session_of("0123abcd_t000002_ff00aa11") == "0123abcd"
+    assert session_of("foreign-id") == "foreign-id"
+
+
+async def test_sessions_spread_then_stick(qwen3_renderer: TemplateRenderer) -> None:
+    pool, engines = pool_of(qwen3_renderer, 2)
+    for turn, session in itertools.product(range(3), "abcd"):
+        await pool.generate([1, 2, 3], PARAMS, f"{session}_t{turn:06d}_00")
+    where = {s: {i for i, e in enumerate(engines) for c in e.calls if session_of(c.rid) == s}
+             for s in "abcd"}
+    assert all(len(w) == 1 for w in where.values()), where  # every turn on one engine
+    assert sorted(len(e.calls) for e in engines) == [6, 6]  # two sessions each
+    stats = pool.stats()
+    assert [stats[u]["sessions"] for u in ("http://e0", "http://e1")] == [2, 2]
+
+
+async def test_a_failed_engine_is_ejected_the_session_moves_and_it_comes_back(
+        qwen3_renderer: TemplateRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tito.engines.pool.PROBE_EVERY_S", 0.0)
+    pool, (first, second) = pool_of(qwen3_renderer, 2)
+    await pool.generate([1], PARAMS, "s_t000000_00")
+    assert first.calls  # placed on the first (least loaded, first in order)
+    first.script(EngineUnreachable("connection refused"))
+    first.down = "connection refused"
+    with pytest.raises(EngineUnreachable):
+        await pool.generate([1], PARAMS, "s_t000001_00")
+    assert pool.stats()["http://e0"]["up"] == 0.0
+    await pool.generate([1], PARAMS, "s_t000001_01")  # the retry moves
+    assert second.calls[-1].rid == "s_t000001_01" and pool.moves == 1
+    assert await pool.probe() is None  # one engine up: the pool is up
+    first.down = None  # it answers again: re-admitted, and new sessions use it
+    await pool.generate([1], PARAMS, "t_t000000_00")
+    assert first.calls[-1].rid == "t_t000000_00"
+
+
+async def test_all_down_is_an_engine_error_naming_each(qwen3_renderer: TemplateRenderer
+                                                       ) -> None:
+    pool, engines = pool_of(qwen3_renderer, 2)
+    for engine in engines:
+        engine.down = "gone"
+    assert await pool.probe() == "http://e0: gone; http://e1: gone"
+    with pytest.raises(Exception, match="no engine is up"):
+        await pool.generate([1], PARAMS, "s_t000000_00")
+
+
+async def test_inflight_cap_queues_and_aborts_reach_the_running_engine(
+        qwen3_renderer: TemplateRenderer) -> None:
+    pool, (engine,) = pool_of(qwen3_renderer, 1, max_inflight=1)
+    engine.gate = asyncio.Event()
+    first = asyncio.create_task(pool.generate([1], PARAMS, "a_t000000_00"))
+    second = asyncio.create_task(pool.generate([1], PARAMS, "b_t000000_00"))
+    await asyncio.sleep(0.05)
+    assert [c.rid for c in engine.calls] == ["a_t000000_00"]  # b waits for a slot
+    await pool.abort("a_t000000_00")
+    assert engine.aborted == ["a_t000000_00"]
+    engine.gate.set()
+    await asyncio.gather(first, second)
+    await pool.abort("a_t000000_00")  # finished: nothing to abort
+    assert engine.aborted == ["a_t000000_00"]
+
+
+async def test_weight_versions_and_pauses_reach_every_engine(
+        qwen3_renderer: TemplateRenderer) -> None:
+    pool, engines = pool_of(qwen3_renderer, 3)
+    await pool.update_weight_version("v7")
+    assert [e.weight_version for e in engines] == ["v7"] * 3
+
+
+# -- real processes ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_engines() -> Iterator[tuple[list[Proc], Proc]]:
+    tokenizer = tokenizer_dir("qwen3")
+    engines = [start_mock(tokenizer, "qwen3") for _ in range(2)]
+    gateway = None
+    try:
+        gateway = start_gateway(engines[0].url, tokenizer, "qwen3",
+                                "--engine-url", engines[1].url)
+        yield engines, gateway
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        for engine in engines:
+            engine.stop()
+
+
+@pytest.mark.slow
+def test_two_engines_behind_one_gateway(two_engines: tuple[list[Proc], Proc]) -> None:
+    engines, gateway = two_engines
+    sids = [httpx.post(gateway.url + "/sessions").json()["session_id"] for _ in range(4)]
+    histories: dict[str, list[dict[str, Any]]] = {sid: [] for sid in sids}
+    for turn, sid in itertools.product(range(2), sids):
+        client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
+                               max_retries=0)
+        histories[sid].append({"role": "user", "content": f"SAY turn {turn}."})
+        reply = client.chat.completions.create(model="m", messages=histories[sid])  # type: ignore[arg-type]
+        histories[sid].append(reply.choices[0].message.model_dump(exclude_none=True))
+    logs = [httpx.get(e.url + "/mock/requests").json() for e in engines]
+    for sid in sids:  # each session on one engine, its turns in the TITO chain
+        runs = [[r for r in log if r["rid"].startswith(sid)] for log in logs]
+        (mine,) = [r for r in runs if r]
+        stored = mine[0]["input_ids"] + mine[0]["output_ids"]
+        assert mine[1]["input_ids"][: len(stored)] == stored
+    assert sorted(len(log) for log in logs) == [4, 4]
+    health = httpx.get(gateway.url + "/health").json()
+    assert [e["up"] for e in health["engine"]["engines"]] == [True, True]
+    metrics = httpx.get(gateway.url + "/metrics").text
+    for engine in engines:
+        assert f'tito_engine_requests_total{{engine="{engine.url}"}} 4' in metrics
+        assert f'tito_engine_cache_hit_rate{{engine="{engine.url}"}}' in metrics
+
+    # an engine dies: its sessions fail one turn (502), then move to the other engine
+    engines[0].stop()
+    moved = [sid for sid in sids if any(r["rid"].startswith(sid) for r in logs[0])]
+    sid = moved[0]
+    client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
+                           max_retries=0)
+    messages = [*histories[sid], {"role": "user", "content": "SAY Still here."}]
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert failed.value.status_code == 502
+    reply = client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "Still here."
+    last = httpx.get(engines[1].url + "/mock/requests").json()[-1]
+    assert last["rid"].startswith(sid)  # served by the survivor, from the gateway's ids
+    meta = httpx.get(f"{gateway.url}/sessions/{sid}").json()["metadata"]
+    assert meta["num_turns"] == 3
+    health = httpx.get(gateway.url + "/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert [e["up"] for e in health.json()["engine"]["engines"]] == [False, True]
