@@ -21,7 +21,7 @@ from aiohttp import web
 from tito.engines.sglang import SGLangEngine, parse_generate_response, sampling_payload
 from tito.net import bind_tcp, url_of
 from tito.types.engine import LOGPROB_TOLERANCE, SamplingParams
-from tito.types.errors import EngineError, EngineRejected, EngineTimeout
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
 
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = REPO.parent / "shared" / "fixtures" / "tokenizers" / "smollm2"
@@ -339,7 +339,7 @@ async def test_connection_refused_is_an_engine_error() -> None:
     sock.close()  # nothing listens there any more
     with pytest.raises(EngineError, match="transport error") as info:
         await generate(url)
-    assert type(info.value) is EngineError and info.value.code == "engine_error"
+    assert type(info.value) is EngineUnreachable and info.value.code == "engine_error"
     assert info.value.__cause__ is not None
 
 
