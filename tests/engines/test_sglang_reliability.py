@@ -25,7 +25,7 @@ from tito.engines.mock import MockConfig, MockEngine
 from tito.engines.sglang import SGLangEngine
 from tito.net import bind_tcp, url_of
 from tito.types.engine import GenerateResult, SamplingParams
-from tito.types.errors import EngineError, EngineTimeout
+from tito.types.errors import EngineError, EngineTimeout, EngineUnreachable
 
 pytestmark = pytest.mark.slow  # real idle timeouts and keep-alive waits
 
@@ -197,7 +197,7 @@ async def test_request_read_then_connection_closed_is_not_retried() -> None:
     try:
         with pytest.raises(EngineError, match="transport error") as info:
             await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=3), "r1")
-        assert type(info.value) is EngineError and info.value.code == "engine_error"
+        assert type(info.value) is EngineUnreachable and info.value.code == "engine_error"
         assert info.value.__cause__ is not None
         assert len(seen) == 1 and engine.stale_retries == 0
     finally:
