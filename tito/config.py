@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tito.types.errors import ConfigError
+from tito.types.placement import MAX_WORKERS
 
 log = logging.getLogger("tito.config")
 
@@ -35,6 +36,10 @@ class ServerConfig:
     """More engines (``--engine-url`` given several times): sessions are spread over all."""
     engine_max_inflight: int | None = None
     """Requests in flight per engine (more wait); None: no cap."""
+    workers: int = 1
+    """Gateway processes on consecutive ports from ``port`` (``--workers``)."""
+    worker_index: int = 0
+    """This process's index among ``workers`` (0: the one started by the user)."""
     chat_template: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -158,6 +163,16 @@ RULES: tuple[Rule, ...] = (
     Rule("engine_urls_unique", lambda c: len({c.engine_url, *c.extra_engine_urls})
          < 1 + len(c.extra_engine_urls),
          lambda c: "--engine-url names the same engine twice; give each engine once"),
+    Rule("workers", lambda c: not 1 <= c.workers <= MAX_WORKERS
+         or not 0 <= c.worker_index < c.workers,
+         lambda c: f"--workers must be in [1, {MAX_WORKERS}]"),
+    Rule("workers_port", lambda c: c.workers > 1 and c.port == 0,
+         lambda c: "--workers N listens on N consecutive ports from --port: give a --port "
+                   "(not 0)"),
+    Rule("workers_engine", lambda c: c.workers > 1 and c.engine == "embedded",
+         lambda c: "--workers runs one gateway per process and the embedded engine would "
+                   "load its model in each; serve an engine (--engine sglang --engine-url "
+                   "URL) behind the workers"),
     Rule("engine_max_inflight", lambda c: c.engine_max_inflight is not None
          and c.engine_max_inflight < 1,
          lambda c: "--engine-max-inflight must be at least 1"),

@@ -54,12 +54,14 @@ def tito_command(*args: str) -> list[str]:
 
 def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None,
                  env: dict[str, str] | None = None, health: str = "/health",
-                 timeout: float = 120.0, own_session: bool = False) -> ServerProcess:
+                 timeout: float = 120.0, own_session: bool = False,
+                 echo: str | None = None) -> ServerProcess:
     """Start ``cmd``, wait for its ``listening on URL`` line and a 200 (or 503: up, its
     engine down) on ``health``.
 
     ``own_session``: run it in a new session (process group), so a Ctrl-C in the terminal
-    reaches only us and we decide when it stops. Raises RuntimeError with the process's
+    reaches only us and we decide when it stops. ``echo``: also copy its output to our
+    stderr, each line prefixed with ``echo``. Raises RuntimeError with the process's
     last output lines when it does not come up.
     """
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -73,6 +75,8 @@ def start_server(name: str, cmd: Sequence[str], *, cwd: str | Path | None = None
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
+            if echo is not None and not LISTEN_LINE.search(line):  # ours is the line
+                sys.stderr.write(f"{echo}{line}")
             if len(lines) > 2000:
                 del lines[:1000]
             if not found and (m := LISTEN_LINE.search(line)):

@@ -10,10 +10,11 @@ import sys
 from typing import Any
 
 from tito.config import ServerConfig
+from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
 from tito.stack import default_family, start_stack
-from tito.types.errors import TitoError
+from tito.types.errors import ConfigError, TitoError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "times to spread sessions over several engines")
     p.add_argument("--engine-max-inflight", type=int, default=None, metavar="N",
                    help="requests in flight per engine (more wait; default: no cap)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run N gateway processes on consecutive ports from --port (sessions "
+                        "are independent: a session id names its worker)")
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--tokenizer", default=None,
                    help="local folder with tokenizer.json (or vocab.json + merges.txt) and "
                         "the chat template; loaded offline (required unless --engine embedded)")
@@ -139,7 +144,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         tokenizer=args.tokenizer or "", family=family, engine=engine,
         engine_url=urls[0] if urls else None, extra_engine_urls=tuple(urls[1:]),
-        engine_max_inflight=args.engine_max_inflight,
+        engine_max_inflight=args.engine_max_inflight, workers=args.workers,
+        worker_index=args.worker_index,
         chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         **session_config(args), max_seq_len=args.max_seq_len,
@@ -167,11 +173,53 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-async def serve(config: ServerConfig) -> int:
-    stack = await start_stack(config, handle_signals=True)
-    print(f"tito serve listening on {stack.url}", flush=True)
+def start_workers(config: ServerConfig) -> list[ServerProcess]:
+    """Workers 1 .. N-1 (``--workers N``): ``tito serve`` with the same arguments on the
+    next ports; stopped again if one fails to start."""
+    started: list[ServerProcess] = []
     try:
+        for index in range(1, config.workers):
+            argv = [*sys.argv[1:], "--port", str(config.port + index),
+                    "--worker-index", str(index)]
+            started.append(start_server(f"tito serve worker {index}",
+                                        tito_command(*argv), timeout=180.0,
+                                        echo=f"[worker {index}] "))
+    except Exception as exc:
+        for worker in started:
+            worker.stop()
+        raise ConfigError(f"worker {len(started) + 1} of {config.workers} did not start: "
+                          f"{exc}") from exc
+    return started
+
+
+async def serve(config: ServerConfig) -> int:
+    """Serve until a signal. The first of several workers starts the others once it is up
+    itself (so its own configuration errors come first) and stops them when it stops; a
+    worker whose parent is gone stops too."""
+    stack = await start_stack(config, handle_signals=True)
+    workers: list[ServerProcess] = []
+    watch: asyncio.Task[None] | None = None
+    try:
+        if config.workers > 1 and config.worker_index == 0:
+            workers = await asyncio.to_thread(start_workers, config)
+        if config.worker_index > 0:
+            watch = asyncio.create_task(_stop_when_orphaned(stack.server))
+        also = f" (workers: {', '.join([stack.url, *(w.url for w in workers)])})" \
+            if workers else ""
+        print(f"tito serve listening on {stack.url}{also}", flush=True)
         await stack.server.wait()
     finally:
+        if watch is not None:
+            watch.cancel()
         await stack.close()
+        for worker in workers:
+            await asyncio.to_thread(worker.stop)
     return 0
+
+
+async def _stop_when_orphaned(server: Any) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    logging.getLogger("tito.server").warning("the first worker is gone: stopping")
+    await server.stop()

@@ -102,7 +102,7 @@ async def generate_with_metadata(
     **agent_kwargs: Any,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """:func:`generate`, also returning the session's metadata (for v2: its ``tree``)."""
-    session = await tracer.create()
+    session = await tracer.create(key=rollout_id if rollout_id is not None else index)
     meta = {**(metadata or {}), "max_seq_len": max_seq_len}
     try:
         result = await agent(session.base_url, prompt, to_request_kwargs(sampling), meta,

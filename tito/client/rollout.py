@@ -242,8 +242,8 @@ class _TrackingTracer(SessionTracer):
         super().__init__(*args, **kwargs)
         self.open_sessions: dict[str, TracedSession] = {}
 
-    async def create(self) -> TracedSession:
-        session = await super().create()
+    async def create(self, key: object = None) -> TracedSession:
+        session = await super().create(key)
         self.open_sessions[session.session_id] = session
         return session
 

@@ -8,8 +8,10 @@ the trajectory into one ABORTED sample; any other failure raises.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -17,6 +19,7 @@ import httpx
 import numpy as np
 
 from tito.samples import DecodedSamples, Sample, decode_samples
+from tito.types.placement import gateway_for, gateway_of
 
 log = logging.getLogger("tito.client")
 
@@ -47,12 +50,20 @@ def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sampl
 
 
 class SessionTracer:
-    def __init__(self, gateway_url: str, *, timeout: float = 120.0,
+    def __init__(self, gateway_url: str | Sequence[str], *, timeout: float = 120.0,
                  client: httpx.AsyncClient | None = None,
                  api_key: str | None = None) -> None:
-        """``api_key``: the gateway's ``--api-key`` (default: ``$TITO_API_KEY``), sent as
-        ``Authorization: Bearer`` by a client the tracer creates."""
-        self.gateway_url = gateway_url.rstrip("/")
+        """``gateway_url``: one gateway, or the workers of ``tito serve --workers N`` (a
+        list, or URLs separated by commas, in worker order): each new session goes to
+        one of them (:meth:`create`). ``api_key``: the gateway's ``--api-key`` (default:
+        ``$TITO_API_KEY``), sent as ``Authorization: Bearer`` by a client the tracer
+        creates."""
+        urls = gateway_url.split(",") if isinstance(gateway_url, str) else list(gateway_url)
+        self.gateway_urls = [u.strip().rstrip("/") for u in urls if u.strip()]
+        if not self.gateway_urls:
+            raise ValueError("SessionTracer needs a gateway URL")
+        self.gateway_url = self.gateway_urls[0]
+        self._next = itertools.count()
         self.timeout = timeout
         key = api_key if api_key is not None else os.environ.get("TITO_API_KEY")
         headers = {"authorization": f"Bearer {key}"} if key else None
@@ -69,13 +80,28 @@ class SessionTracer:
         if self._owns_client:
             await self._client.aclose()
 
-    async def create(self) -> TracedSession:
-        resp = await self._client.post(f"{self.gateway_url}/sessions")
+    def place(self, key: object = None) -> str:
+        """The gateway for a new session: by a stable hash of ``key`` (the same key, the
+        same worker), else in turn."""
+        if len(self.gateway_urls) == 1:
+            return self.gateway_url
+        if key is None:
+            return self.gateway_urls[next(self._next) % len(self.gateway_urls)]
+        return gateway_for(key, self.gateway_urls)
+
+    def url_of(self, session_id: str) -> str:
+        """``<gateway>/sessions/<id>`` of a session, its worker read from its id."""
+        return f"{gateway_of(session_id, self.gateway_urls)}/sessions/{session_id}"
+
+    async def create(self, key: object = None) -> TracedSession:
+        """A new session on one of the gateways (see :meth:`place`)."""
+        gateway = self.place(key)
+        resp = await self._client.post(f"{gateway}/sessions")
         if resp.status_code != 200:
             raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}",
                                status=resp.status_code)
         session_id = resp.json()["session_id"]
-        return TracedSession(session_id, f"{self.gateway_url}/sessions/{session_id}")
+        return TracedSession(session_id, f"{gateway}/sessions/{session_id}")
 
     async def delete(self, session: TracedSession) -> None:
         try:

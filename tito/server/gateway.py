@@ -46,9 +46,10 @@ from tito.types.engine import (
     check_output,
     stream_generate,
 )
-from tito.types.errors import BadRequest, ConfigError, EngineError, TitoError
+from tito.types.errors import BadRequest, ConfigError, EngineError, Misdirected, TitoError
 from tito.types.hooks import load_function
 from tito.types.messages import Message, ParsedCompletion, TurnRequest
+from tito.types.placement import worker_of
 from tito.types.records import TurnRecord, snapshot_ids
 from tito.types.replay import decode_rows
 
@@ -95,7 +96,8 @@ class Gateway:
         self.postprocessor: Postprocessor = load_function(self.hook_names[1],
                                                           "--sample-postprocessor")
         self.store = SessionStore(self._new_session, max_sessions=config.max_sessions,
-                                  idle_ttl=config.session_ttl)
+                                  idle_ttl=config.session_ttl,
+                                  worker=config.worker_index if config.workers > 1 else None)
         self.metrics = Metrics()
         self.instance_id = uuid.uuid4().hex
         self.self_check = self_check or {"ran": False}
@@ -113,8 +115,10 @@ class Gateway:
         self.pause_mode: PauseMode | None = None
         """The mode of the pause in force (None: not paused)."""
         self.journal: Journal | None = None
-        if config.journal is not None:
-            self.journal = Journal(config.journal)
+        if config.journal is not None:  # one journal folder per worker
+            self.journal = Journal(config.journal if config.workers == 1 else
+                                   os.path.join(config.journal,
+                                                f"worker-{config.worker_index}"))
             state = self.journal.load(self._new_session,
                                       max_gone=self.store.max_tombstones)
             self.store.restore(state.live, state.gone)
@@ -140,12 +144,21 @@ class Gateway:
         return session
 
     async def delete_session(self, session_id: str) -> None:
+        self.session(session_id)  # another worker's session: 421 naming it
         durable = self.store.delete(session_id)
         if durable is not None:
             await durable
 
     def session(self, session_id: str) -> Session:
-        """The live session ``session_id`` (NotFound otherwise)."""
+        """The live session ``session_id`` (NotFound otherwise; Misdirected when it is a
+        session of another worker)."""
+        workers = self.config.workers
+        if workers > 1:
+            owner = worker_of(session_id)
+            if owner is not None and owner != self.config.worker_index and owner < workers:
+                port = self.config.port - self.config.worker_index + owner
+                raise Misdirected(f"session {session_id} belongs to worker {owner} of "
+                                  f"{workers} (port {port}); send its requests there")
         return self.store.get(session_id)
 
     # -- turns ---------------------------------------------------------------------------

@@ -8,13 +8,13 @@ so a late call is told 410 Gone — its trajectory was collected or expired — 
 from __future__ import annotations
 
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from tito.session import Session
 from tito.types.errors import Gone, NotFound, OverCapacity
+from tito.types.placement import new_session_id
 
 MAX_TOMBSTONES = 100_000
 """Ids of deleted/expired sessions remembered (about 10 MB at the cap)."""
@@ -22,8 +22,11 @@ MAX_TOMBSTONES = 100_000
 
 class SessionStore:
     def __init__(self, factory: Callable[[str], Session], *, max_sessions: int,
-                 idle_ttl: float, max_tombstones: int = MAX_TOMBSTONES) -> None:
+                 idle_ttl: float, max_tombstones: int = MAX_TOMBSTONES,
+                 worker: int | None = None) -> None:
+        """``worker``: this gateway's index among several (its session ids end with it)."""
         self._factory = factory
+        self.worker = worker
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, str] = OrderedDict()
         self.max_sessions = max_sessions
@@ -45,7 +48,7 @@ class SessionStore:
                 f"(--max-sessions {self.max_sessions}); collect and delete finished sessions",
                 code="too_many_sessions",
             )
-        session_id = uuid.uuid4().hex
+        session_id = new_session_id(self.worker)
         session = self._factory(session_id)
         self._sessions[session_id] = session
         return session

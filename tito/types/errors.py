@@ -24,6 +24,8 @@ class ErrorKind(StrEnum):
     NOT_FOUND = "not_found"
     GONE = "gone"
     """The session existed and was deleted or expired."""
+    MISDIRECTED = "misdirected"
+    """The session belongs to another gateway worker (``--workers``)."""
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
@@ -79,6 +81,13 @@ class Forbidden(TitoError):
 class Gone(TitoError):
     kind = ErrorKind.GONE
     code = "session_gone"
+
+
+class Misdirected(TitoError):
+    """A session id of another gateway worker; the message names the right one (421)."""
+
+    kind = ErrorKind.MISDIRECTED
+    code = "wrong_worker"
 
 
 class UnsupportedMediaType(TitoError):

@@ -14,6 +14,7 @@ TYPE: dict[ErrorKind, str] = {
     ErrorKind.FORBIDDEN: "permission_error",
     ErrorKind.NOT_FOUND: "not_found_error",
     ErrorKind.GONE: "not_found_error",
+    ErrorKind.MISDIRECTED: "not_found_error",
     ErrorKind.TOO_LARGE: "request_too_large",
     ErrorKind.OVER_CAPACITY: "rate_limit_error",
     ErrorKind.INTERNAL: "api_error",

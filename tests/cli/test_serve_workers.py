@@ -1,0 +1,148 @@
+"""``tito serve --workers N``: N gateway processes on consecutive ports, sessions that
+name their worker, clients that place sessions on them (real processes, the mock engine)."""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from support import Proc, start_mock, start_tito, tokenizer_dir
+
+from tito.client.agent import generate
+from tito.client.tracer import SessionTracer
+from tito.launch import tito_command
+from tito.types.placement import worker_of
+
+pytestmark = pytest.mark.slow  # starts four processes
+
+
+def free_block(n: int) -> int:
+    """A port P with P .. P+n-1 free (now)."""
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - n)
+        try:
+            socks = []
+            for port in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no block of free ports")
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[tuple[Proc, list[str]]]:
+    tokenizer = tokenizer_dir("qwen3")
+    engine = start_mock(tokenizer, "qwen3")
+    base = free_block(3)
+    try:
+        parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer", str(tokenizer),
+                            "--family", "qwen3", "--port", str(base), "--workers", "3",
+                            timeout=180)
+    except Exception:
+        engine.stop()
+        raise
+    try:
+        yield parent, [f"http://127.0.0.1:{base + i}" for i in range(3)]
+    finally:
+        parent.stop()
+        engine.stop()
+
+
+async def say(base_url: str, prompt: list[dict[str, Any]], request_kwargs: dict[str, Any],
+              metadata: dict[str, Any], **_: Any) -> None:
+    async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="x",
+                                  max_retries=0) as client:
+        await client.chat.completions.create(model="m", messages=prompt, **request_kwargs)
+
+
+async def test_workers_hold_their_own_sessions(workers: tuple[Proc, list[str]]) -> None:
+    parent, urls = workers
+    assert "workers: " + ", ".join(urls) in "\n".join(parent.lines)
+    instances = {httpx.get(url + "/health").json()["instance_id"] for url in urls}
+    assert len(instances) == 3
+
+    async with SessionTracer(urls) as tracer:
+        sessions = [await tracer.create(key=k) for k in range(30)]
+        for session in sessions:  # a session id names its worker; the tracer finds it
+            worker = worker_of(session.session_id)
+            assert worker is not None
+            assert session.base_url.startswith(urls[worker] + "/sessions/")
+            assert tracer.url_of(session.session_id) == session.base_url
+        assert {worker_of(s.session_id) for s in sessions} == {0, 1, 2}
+        again = await tracer.create(key=5)  # the same key, the same worker
+        assert worker_of(again.session_id) == worker_of(sessions[5].session_id)
+
+        wrong = urls[(worker_of(sessions[0].session_id) + 1) % 3]  # type: ignore[operator]
+        resp = httpx.get(f"{wrong}/sessions/{sessions[0].session_id}")
+        assert resp.status_code == 421 and resp.json()["error"]["code"] == "wrong_worker"
+        assert str(urls[worker_of(sessions[0].session_id)].rsplit(":", 1)[1]) in \
+            resp.json()["error"]["message"]  # type: ignore[index]
+
+        samples = await generate(say, [{"role": "user", "content": "SAY Hi."}],
+                                 {"max_new_tokens": 16}, tracer=tracer, index=7)
+        assert samples[0].status == "completed" and samples[0].response.endswith("Hi.<|im_end|>")
+        for session in [*sessions, again]:
+            await tracer.delete(session)
+
+
+def test_stopping_the_first_worker_stops_them_all(workers: tuple[Proc, list[str]]) -> None:
+    parent, urls = workers
+    parent.stop()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        alive = []
+        for url in urls:
+            try:
+                httpx.get(url + "/health", timeout=1)
+                alive.append(url)
+            except httpx.HTTPError:
+                pass
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert not alive, alive
+
+
+def test_workers_need_a_port_and_an_engine_server() -> None:
+    for flags, message in ((["--engine-url", "http://127.0.0.1:9", "--tokenizer", "x",
+                             "--workers", "2", "--port", "0"], "give a --port"),
+                           (["--workers", "2", "--port", "8123"], "embedded engine")):
+        proc = subprocess.run(tito_command("serve", *flags), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_workers_stop_when_the_first_is_killed() -> None:
+    tokenizer = tokenizer_dir("qwen3")
+    engine = start_mock(tokenizer, "qwen3")
+    base = free_block(2)
+    try:
+        parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer",
+                            str(tokenizer), "--family", "qwen3", "--port", str(base),
+                            "--workers", "2", timeout=180)
+        parent.process.kill()  # no chance to stop its workers itself
+        parent.process.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{base + 1}/health", timeout=1)
+            except httpx.HTTPError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("worker 1 outlived the first worker")
+    finally:
+        engine.stop()
