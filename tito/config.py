@@ -20,7 +20,9 @@ from tito.types.placement import MAX_WORKERS
 log = logging.getLogger("tito.config")
 
 SESSION_VERSIONS = ("v1", "v2")
-ENGINES = ("embedded", "sglang", "mock")
+ENGINES = ("embedded", "sglang", "vllm", "mock")
+REMOTE_ENGINES = ("sglang", "vllm")
+"""Engines reached at ``--engine-url``."""
 """embedded: SmolLM2 in this process; sglang: a server at ``engine_url``; mock: a
 ``tito mock-engine`` child process started by the stack (``tito rollout``, the demo)."""
 PAUSE_MODES = ("retract", "abort", "in_place")
@@ -156,10 +158,10 @@ RULES: tuple[Rule, ...] = (
                    f"{c.family} brings its own verified template); drop one of them"),
     Rule("engine", lambda c: c.engine not in ENGINES,
          lambda c: f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}"),
-    Rule("engine_url_needed", lambda c: c.engine == "sglang" and not c.engine_url,
-         lambda c: "--engine sglang needs --engine-url"),
-    Rule("engine_url_unused", lambda c: c.engine != "sglang" and bool(c.engine_url),
-         lambda c: "--engine-url is only used with --engine sglang"),
+    Rule("engine_url_needed", lambda c: c.engine in REMOTE_ENGINES and not c.engine_url,
+         lambda c: f"--engine {c.engine} needs --engine-url"),
+    Rule("engine_url_unused", lambda c: c.engine not in REMOTE_ENGINES and bool(c.engine_url),
+         lambda c: "--engine-url is only used with --engine sglang or vllm"),
     Rule("engine_urls_unique", lambda c: len({c.engine_url, *c.extra_engine_urls})
          < 1 + len(c.extra_engine_urls),
          lambda c: "--engine-url names the same engine twice; give each engine once"),
@@ -176,7 +178,8 @@ RULES: tuple[Rule, ...] = (
     Rule("engine_max_inflight", lambda c: c.engine_max_inflight is not None
          and c.engine_max_inflight < 1,
          lambda c: "--engine-max-inflight must be at least 1"),
-    Rule("tokenizer_needed", lambda c: c.engine in ("sglang", "mock") and not c.tokenizer,
+    Rule("tokenizer_needed", lambda c: c.engine in (*REMOTE_ENGINES, "mock")
+         and not c.tokenizer,
          lambda c: f"--tokenizer is required with --engine {c.engine}"),
     Rule("tokenizer_unused", lambda c: c.engine == "embedded" and bool(c.tokenizer),
          lambda c: "--tokenizer is not used with --engine embedded (the embedded model "

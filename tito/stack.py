@@ -47,7 +47,11 @@ def build_engine(config: ServerConfig) -> Engine:
     if not config.engine_url:
         raise ConfigError(f"--engine {config.engine} has no engine URL")
 
-    def client(url: str) -> SGLangEngine:
+    def client(url: str) -> Engine:
+        if config.engine == "vllm":
+            from tito.engines.vllm import VLLMEngine
+
+            return VLLMEngine(url, timeout=config.engine_timeout, lora_name=config.lora_name)
         return SGLangEngine(url, timeout=config.engine_timeout, lora_path=config.lora_name,
                             stream_interval=config.stream_interval)
 
@@ -102,7 +106,9 @@ class Stack:
         where = {"embedded": "embedded SmolLM2-135M",
                  "mock": f"mock engine at {config.engine_url}",
                  "sglang": "sglang at " + ", ".join((config.engine_url or "",
-                                                     *config.extra_engine_urls))}[self.engine]
+                                                     *config.extra_engine_urls)),
+                 "vllm": "vLLM at " + ", ".join((config.engine_url or "",
+                                                 *config.extra_engine_urls))}[self.engine]
         return f"{where}, family {config.family}"
 
     async def close(self) -> None:

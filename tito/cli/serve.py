@@ -18,11 +18,12 @@ from tito.types.errors import ConfigError, TitoError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=["embedded", "sglang"], default=None,
+    p.add_argument("--engine", choices=["embedded", "sglang", "vllm"], default=None,
                    help="inference engine behind the gateway (embedded: SmolLM2-135M-Instruct "
                         "on this CPU, in-process, with its own tokenizer; sglang: native "
-                        "/generate, also what `tito mock-engine` speaks). Unset: sglang when "
-                        "--engine-url is given, else embedded")
+                        "/generate, also what `tito mock-engine` speaks; vllm: a vLLM server's "
+                        "/v1/completions with token ids). Unset: sglang when --engine-url is "
+                        "given, else embedded")
     p.add_argument("--engine-url", action="append", default=None, metavar="URL",
                    help="base URL of the engine, e.g. http://127.0.0.1:30000; give it several "
                         "times to spread sessions over several engines")

@@ -1,0 +1,313 @@
+"""A vLLM server reached with token ids (``--engine vllm --engine-url URL``).
+
+vLLM's chat route takes no prompt ids, so turns go to ``POST /v1/completions`` with the
+prompt as a list of ids, ``return_token_ids: true`` (the generated ids, stop id included)
+and ``logprobs: 0`` (the sampled token's logprob, one per generated id), every sampling
+setting sent explicitly (vLLM's own defaults differ: ``max_tokens`` 16, the model's
+``generation_config.json``). The served model name and ``max_model_len`` come from
+``GET /v1/models``.
+
+- finish reasons: ``stop`` (``stop_reason`` an int: the matched stop id; a string: the
+  matched stop string; null: EOS), ``length``, ``abort``;
+- logprobs are vLLM's ``--logprobs-mode`` (default ``raw_logprobs``: before temperature
+  and top-p/k), recorded in each result's ``extra["logprobs_mode"]`` as the gateway was
+  told (``logprobs_mode``);
+- prefix-cache hits (``usage.prompt_tokens_details.cached_tokens``) only when vLLM runs
+  with ``--enable-prompt-tokens-details``;
+- routed experts (``choices[].routed_experts``, base64 ``.npy``, with vLLM's
+  ``--enable-return-routed-experts``) become int32 rows;
+- streaming: ``stream: true`` chunks carry the new ``token_ids`` and logprobs;
+- abort: ``POST /abort_requests`` (vLLM's RL routes, ``VLLM_SERVER_DEV_MODE=1``), and in
+  any case the HTTP request is closed, which makes vLLM abort it; pause / resume:
+  ``POST /pause?mode=`` and ``POST /resume`` where vLLM exposes them (else an error that
+  says how to start it); weight versions: ``POST /update_weight_version`` where present,
+  and recorded by the gateway in every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+
+from tito.types.engine import (
+    FinishReason,
+    GenerateResult,
+    PauseMode,
+    ReplayRequest,
+    SamplingParams,
+    StreamChunk,
+    TokenIds,
+)
+from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
+
+PROTOCOL_ERROR = "engine_protocol_error"
+PAUSE_MODES: dict[str, str] = {"abort": "abort", "in_place": "keep", "retract": "keep"}
+"""Our pause modes -> vLLM's (``abort`` ends in-flight requests with their partial output;
+``keep`` freezes them and resumes them later)."""
+
+
+def _protocol(message: str) -> EngineError:
+    return EngineError(f"vLLM reply: {message}", code=PROTOCOL_ERROR)
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
+                 lora_name: str | None = None, logprobs_mode: str = "raw_logprobs",
+                 model: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.max_connections = max_connections
+        self.lora_name = lora_name
+        self.logprobs_mode = logprobs_mode
+        self.model = model
+        self._max_model_len: int | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.weight_version: str = "default"
+        self._lock = asyncio.Lock()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections,
+                                               keepalive_timeout=4.0),
+                timeout=self.timeout)
+        return self._session
+
+    async def _models(self) -> None:
+        """The served model name (``self.model`` unless given) and ``max_model_len``."""
+        async with self._lock:
+            if self.model is not None and self._max_model_len is not None:
+                return
+            status, body = await self._call("GET", "/v1/models")
+            if status != 200:
+                raise EngineError(f"vLLM answered HTTP {status} to /v1/models")
+            data = orjson.loads(body).get("data") or []
+            if not data:
+                raise _protocol("/v1/models lists no model")
+            self.model = self.model or self.lora_name or data[0]["id"]
+            length = data[0].get("max_model_len")
+            self._max_model_len = length if isinstance(length, int) else None
+
+    async def _call(self, method: str, path: str, payload: Any = None
+                    ) -> tuple[int, bytes]:
+        body = None if payload is None else orjson.dumps(payload,
+                                                         option=orjson.OPT_SERIALIZE_NUMPY)
+        try:
+            async with self._client().request(
+                    method, self.url + path, data=body,
+                    headers={"content-type": "application/json"} if body else None) as resp:
+                return resp.status, await resp.read()
+        except TimeoutError as exc:
+            raise EngineTimeout(f"vLLM {self.url}{path} timed out after "
+                                f"{self.timeout.total}s") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnreachable(f"engine transport error on {self.url}{path}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+
+    def _payload(self, input_ids: TokenIds, params: SamplingParams, rid: str,
+                 replay: ReplayRequest | None, *, stream: bool) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model, "prompt": [int(i) for i in input_ids],
+            "max_tokens": params.max_new_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "top_k": params.top_k, "min_p": params.min_p,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "repetition_penalty": params.repetition_penalty,
+            "stop": list(params.stop), "stop_token_ids": list(params.stop_token_ids),
+            "include_stop_str_in_output": True, "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "logprobs": 0, "return_token_ids": True, "request_id": rid, "stream": stream,
+        }
+        if params.seed is not None:
+            payload["seed"] = params.seed
+        if stream:
+            payload["stream_options"] = {"include_usage": True}
+        if replay is not None and replay.routed_experts:
+            payload["routed_experts_prompt_start"] = replay.start_len
+        return payload
+
+    @staticmethod
+    def _refusal(status: int, body: bytes) -> EngineError:
+        try:
+            error = orjson.loads(body)
+            message = error.get("error", {}).get("message") if isinstance(
+                error.get("error"), dict) else error.get("message") or error.get("detail")
+        except (orjson.JSONDecodeError, AttributeError):
+            message = body[:500].decode(errors="replace")
+        if 400 <= status < 500:
+            return EngineRejected(f"vLLM rejected the request: {message}", engine_status=status)
+        return EngineError(f"vLLM answered HTTP {status}: {message}")
+
+    # -- generation --------------------------------------------------------------------
+    async def generate(self, input_ids: TokenIds, params: SamplingParams, rid: str, *,
+                       replay: ReplayRequest | None = None) -> GenerateResult:
+        await self._models()
+        start = time.perf_counter()
+        status, body = await self._call(
+            "POST", "/v1/completions", self._payload(input_ids, params, rid, replay,
+                                                     stream=False))
+        if status != 200:
+            raise self._refusal(status, body)
+        try:
+            data = orjson.loads(body)
+            choice = data["choices"][0]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise _protocol(f"no choice in the /v1/completions reply for {rid}") from exc
+        ids = _token_ids(choice.get("token_ids"), rid)
+        logprobs = _logprobs(choice.get("logprobs"), len(ids), rid)
+        return self._result(ids, logprobs, choice, data.get("usage"), len(input_ids), start)
+
+    async def generate_stream(self, input_ids: TokenIds, params: SamplingParams, rid: str,
+                              *, replay: ReplayRequest | None = None
+                              ) -> AsyncIterator[StreamChunk]:
+        await self._models()
+        start = time.perf_counter()
+        payload = self._payload(input_ids, params, rid, replay, stream=True)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish: dict[str, Any] | None = None
+        usage: dict[str, Any] | None = None
+        try:
+            async with self._client().post(self.url + "/v1/completions",
+                                           data=orjson.dumps(payload),
+                                           headers={"content-type": "application/json"}
+                                           ) as resp:
+                if resp.status != 200:
+                    raise self._refusal(resp.status, await resp.read())
+                async for line in resp.content:
+                    line = line.strip()
+                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                        continue
+                    event = orjson.loads(line[5:].strip())
+                    usage = event.get("usage") or usage
+                    for choice in event.get("choices") or []:
+                        new = _token_ids(choice.get("token_ids") or [], rid)
+                        ids += new
+                        logprobs += _logprobs(choice.get("logprobs"), len(new), rid)
+                        if choice.get("finish_reason") is not None:
+                            finish = choice
+                        if new:
+                            yield StreamChunk(list(ids))
+        except TimeoutError as exc:
+            raise EngineTimeout(f"vLLM {self.url} timed out after {self.timeout.total}s"
+                                ) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnreachable(f"engine transport error on {self.url}/v1/completions: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        if finish is None:
+            raise _protocol(f"the stream of {rid} ended without a finish_reason")
+        result = self._result(ids, logprobs, finish, usage, len(input_ids), start)
+        yield StreamChunk(result.output_ids, result)
+
+    def _result(self, ids: list[int], logprobs: list[float], choice: dict[str, Any],
+                usage: dict[str, Any] | None, prompt_len: int, start: float
+                ) -> GenerateResult:
+        reason = choice.get("finish_reason")
+        kind: FinishReason
+        if reason == "length":
+            kind = "length"
+        elif reason == "abort":
+            kind = "abort"
+        elif reason == "stop":
+            kind = "stop"
+        else:
+            raise _protocol(f"finish_reason {reason!r} is not stop, length or abort")
+        matched = choice.get("stop_reason")
+        if kind == "stop" and matched is None and ids:
+            matched = ids[-1]  # EOS: the last id
+        details = (usage or {}).get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        rows = choice.get("routed_experts")
+        return GenerateResult(
+            output_ids=ids, logprobs=logprobs, finish_reason=kind,
+            matched_stop=matched if isinstance(matched, int | str) else None,
+            prompt_tokens=int((usage or {}).get("prompt_tokens") or prompt_len),
+            cached_tokens=int(cached or 0), weight_version=self.weight_version,
+            routed_experts=None if rows is None else _npy_rows(rows),
+            e2e_latency=time.perf_counter() - start,
+            extra={"logprobs_mode": self.logprobs_mode})
+
+    # -- control -----------------------------------------------------------------------
+    async def abort(self, rid: str) -> None:
+        status, _ = await self._call("POST", "/abort_requests", {"request_ids": [rid]})
+        if status not in (200, 404, 405):  # no RL routes: closing the request aborts it
+            raise EngineError(f"vLLM answered HTTP {status} to /abort_requests")
+
+    async def context_length(self) -> int | None:
+        await self._models()
+        return self._max_model_len
+
+    async def pause(self, mode: PauseMode = "retract") -> None:
+        await self._control(f"/pause?mode={PAUSE_MODES[mode]}")
+
+    async def resume(self) -> None:
+        await self._control("/resume")
+
+    async def update_weight_version(self, version: str) -> None:
+        self.weight_version = version
+        status, _ = await self._call("POST", "/update_weight_version",
+                                     {"new_version": version})
+        if status not in (200, 404, 405):
+            raise EngineError(f"vLLM answered HTTP {status} to /update_weight_version")
+
+    async def _control(self, path: str) -> None:
+        status, body = await self._call("POST", path)
+        if status in (404, 405):
+            raise EngineError(f"this vLLM has no {path.split('?')[0]} route: start it with "
+                              "VLLM_SERVER_DEV_MODE=1 to pause and resume it")
+        if status != 200:
+            raise self._refusal(status, body)
+
+    async def health(self) -> bool:
+        return await self.probe() is None
+
+    async def probe(self) -> str | None:
+        try:
+            status, _ = await self._call("GET", "/health")
+        except EngineError as exc:
+            return exc.message
+        return None if status == 200 else f"vLLM /health answered HTTP {status}"
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _token_ids(value: Any, rid: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(t) is int and t >= 0 for t in value):
+        raise _protocol(f"token_ids of {rid} is not a list of token ids "
+                        "(return_token_ids must be honoured)")
+    return value
+
+
+def _logprobs(value: Any, n: int, rid: str) -> list[float]:
+    """The sampled tokens' logprobs of a completions ``logprobs`` object."""
+    values = value.get("token_logprobs") if isinstance(value, dict) else None
+    if not isinstance(values, list) or len(values) != n:
+        raise _protocol(f"logprobs of {rid}: expected {n} token_logprobs (logprobs=0 must "
+                        "be honoured)")
+    out = []
+    for i, lp in enumerate(values):
+        if isinstance(lp, bool) or not isinstance(lp, int | float):
+            raise _protocol(f"token_logprobs[{i}] of {rid} is {lp!r}, not a number")
+        out.append(float(lp))
+    return out
+
+
+def _npy_rows(encoded: Any) -> bytes:
+    """vLLM's routed experts (base64 of an ``.npy``) as raw little-endian int32 rows."""
+    try:
+        rows = np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False)
+    except (ValueError, TypeError, OSError) as exc:
+        raise _protocol(f"routed_experts is not base64 .npy: {exc}") from exc
+    return bytes(np.ascontiguousarray(rows.astype("<i4")).tobytes())
