@@ -168,9 +168,9 @@ class EnginePool:
                               *, replay: ReplayRequest | None = None
                               ) -> AsyncIterator[StreamChunk]:
         member = await self._member_for(rid)
-        async with self._slot(member, rid):
-            async for chunk in stream_generate(member.engine, input_ids, params, rid,
-                                               replay=replay):
+        async with self._slot(member, rid), contextlib.aclosing(stream_generate(
+                member.engine, input_ids, params, rid, replay=replay)) as chunks:
+            async for chunk in chunks:
                 if chunk.result is not None:
                     self._count(member, chunk.result)
                 yield chunk

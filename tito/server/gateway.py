@@ -8,6 +8,7 @@ Each API module (:mod:`tito.server.openai`, ...) converts its request into a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -230,12 +231,14 @@ class Gateway:
         finished = False
         try:
             result: GenerateResult | None = None
-            async for chunk in stream_generate(self.engine, turn.plan.prompt_ids,
-                                               turn.params, turn.rid, replay=turn.replay):
-                if chunk.result is not None:
-                    result = chunk.result
-                    break
-                yield chunk
+            async with contextlib.aclosing(stream_generate(  # closed early: the request
+                    self.engine, turn.plan.prompt_ids, turn.params, turn.rid,  # ends now
+                    replay=turn.replay)) as chunks:
+                async for chunk in chunks:
+                    if chunk.result is not None:
+                        result = chunk.result
+                        break
+                    yield chunk
             finished = True
             if result is None:
                 raise EngineError(f"the engine stream of {turn.rid} ended without a result",

@@ -8,7 +8,7 @@ are the truth.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -122,7 +122,7 @@ class StreamingEngine(Protocol):
 
 async def stream_generate(engine: Engine, input_ids: TokenIds, params: SamplingParams,
                           rid: str, *, replay: ReplayRequest | None = None
-                          ) -> AsyncIterator[StreamChunk]:
+                          ) -> AsyncGenerator[StreamChunk, None]:
     """Stream from ``engine``: its own ``generate_stream`` when it has one, else one final
     chunk from ``generate``."""
     streaming = getattr(engine, "generate_stream", None)
@@ -130,8 +130,14 @@ async def stream_generate(engine: Engine, input_ids: TokenIds, params: SamplingP
         result = await engine.generate(input_ids, params, rid, replay=replay)
         yield StreamChunk(result.output_ids, result)
         return
-    async for chunk in streaming(input_ids, params, rid, replay=replay):
-        yield chunk
+    chunks = streaming(input_ids, params, rid, replay=replay)
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:  # closed early: the engine's stream (its HTTP request) ends now
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 @runtime_checkable
