@@ -43,7 +43,7 @@ async def test_sessions_spread_then_stick(qwen3_renderer: TemplateRenderer) -> N
              for s in "abcd"}
     assert all(len(w) == 1 for w in where.values()), where  # every turn on one engine
     assert sorted(len(e.calls) for e in engines) == [6, 6]  # two sessions each
-    stats = pool.stats()
+    stats = pool.member_stats()
     assert [stats[u]["sessions"] for u in ("http://e0", "http://e1")] == [2, 2]
 
 
@@ -57,7 +57,7 @@ async def test_a_failed_engine_is_ejected_the_session_moves_and_it_comes_back(
     first.down = "connection refused"
     with pytest.raises(EngineUnreachable):
         await pool.generate([1], PARAMS, "s_t000001_00")
-    assert pool.stats()["http://e0"]["up"] == 0.0
+    assert pool.member_stats()["http://e0"]["up"] == 0.0
     await pool.generate([1], PARAMS, "s_t000001_01")  # the retry moves
     assert second.calls[-1].rid == "s_t000001_01" and pool.moves == 1
     assert await pool.probe() is None  # one engine up: the pool is up

@@ -23,6 +23,7 @@ def test_embedded_serve_two_turns_exact_sample() -> None:
         health = httpx.get(gateway.url + "/health").json()
         assert health["engine"]["name"] == "embedded" and health["family"] == "chatml"
         assert health["capabilities"]["append_only_verified"] is True
+        assert httpx.get(gateway.url + "/metrics").status_code == 200
         sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
         client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
                                max_retries=0)

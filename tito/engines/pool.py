@@ -10,7 +10,7 @@ An ejected engine is probed at most once a second while turns arrive and re-admi
 when it answers. ``--engine-max-inflight N`` caps the requests in flight per engine
 (more wait). Aborts go to the engine running the request; pause, continue and weight
 versions are sent to every engine. Per-engine load and prefix-cache hits are in
-:meth:`EnginePool.stats` (``/metrics``).
+:meth:`EnginePool.member_stats` (``/health``, ``/metrics``).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class EnginePool:
                              return_exceptions=True)
 
     # -- metrics ---------------------------------------------------------------------
-    def stats(self) -> dict[str, dict[str, float]]:
+    def member_stats(self) -> dict[str, dict[str, float]]:
         """Per engine URL: up, in flight, sessions placed, requests, failures, prompt and
         cached tokens, and the prefix-cache hit rate."""
         return {m.url: {"up": float(m.up), "inflight": m.inflight, "sessions": m.sessions,

@@ -54,7 +54,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
 
 def _pool_view(engine: object) -> dict[str, Any]:
     """An engine pool's members on /health: URL, up, in flight, sessions."""
-    stats = getattr(engine, "stats", None)
+    stats = getattr(engine, "member_stats", None)
     if not callable(stats):
         return {}
     return {"engines": [{"url": url, "up": bool(f["up"]), "inflight": int(f["inflight"]),
@@ -72,7 +72,7 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
-    stats = getattr(gateway.engine, "stats", None)  # an engine pool: figures per engine
+    stats = getattr(gateway.engine, "member_stats", None)  # a pool: figures per engine
     text = gateway.metrics.render(gauges, stats() if callable(stats) else None)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
