@@ -3,6 +3,7 @@ name their worker, clients that place sessions on them (real processes, the mock
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 import subprocess
@@ -96,6 +97,30 @@ async def test_workers_hold_their_own_sessions(workers: tuple[Proc, list[str]]) 
         assert samples[0].status == "completed" and samples[0].response.endswith("Hi.<|im_end|>")
         for session in [*sessions, again]:
             await tracer.delete(session)
+
+
+def test_rollout_over_the_workers(workers: tuple[Proc, list[str]], tmp_path: Any) -> None:
+    _, urls = workers
+    out = tmp_path / "out"
+    args = [flag for url in urls for flag in ("--gateway", url)]
+    proc = subprocess.run(
+        [*tito_command("rollout"), *args, "--agent", "tito.examples.scripted_agent:run_agent",
+         "--limit", "4", "--n-per-prompt", "3", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["gateway"] == urls and summary["trajectories"] == 12
+    used = {url: 0 for url in urls}  # the sessions were spread over the workers
+    for url in urls:
+        metrics = httpx.get(url + "/metrics").text
+        line = next(m for m in metrics.splitlines()
+                    if m.startswith("tito_sessions_created_total"))
+        used[url] = int(float(line.split()[-1]))
+    assert sum(used.values()) >= 12 and sum(1 for n in used.values() if n) >= 2, used
+    refused = subprocess.run([*tito_command("rollout"), *args, "--engine-url", "http://x",
+                              "--out", str(tmp_path / "no")],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--gateway uses running gateways" in refused.stderr
 
 
 def test_stopping_the_first_worker_stops_them_all(workers: tuple[Proc, list[str]]) -> None:

@@ -23,8 +23,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import httpx
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -53,7 +54,7 @@ from tito.client.rollout import (
 )
 from tito.config import ENGINES, ServerConfig
 from tito.examples import ARITHMETIC_DATA, DEMO_AGENT
-from tito.stack import EMBEDDED_FAMILY, Stack, default_family, start_stack
+from tito.stack import EMBEDDED_FAMILY, default_family, start_stack
 from tito.types.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -88,7 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="embedded: SmolLM2-135M on this CPU; sglang: a running server at "
                         "--engine-url; mock: a `tito mock-engine` child process")
     p.add_argument("--engine-url", default=None, metavar="URL",
-                   help="engine URL (with --engine sglang)")
+                   help="engine URL (with --engine sglang or vllm)")
+    p.add_argument("--gateway", action="append", default=None, metavar="URL",
+                   help="use running tito gateway(s) instead of starting one; give it once "
+                        "per worker of `tito serve --workers N`, in order (sessions are "
+                        "placed by a stable hash of the trajectory index)")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="tokenizer folder (sglang, mock); embedded uses the model's own")
     p.add_argument("--family", default=None, choices=sorted(FAMILIES),
@@ -126,6 +131,14 @@ def _check_args(args: argparse.Namespace) -> ServerConfig:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {args.out!r} exists and is not a folder")
+    if args.gateway:
+        engine_flags = [flag for flag, value in (("--engine", args.engine != "embedded"),
+                                                 ("--engine-url", args.engine_url),
+                                                 ("--tokenizer", args.tokenizer),
+                                                 ("--family", args.family)) if value]
+        if engine_flags:
+            raise ConfigError(f"--gateway uses running gateways (with their own engines and "
+                              f"settings): drop {', '.join(engine_flags)}")
     if args.engine != "embedded" and args.tokenizer is None:
         raise ConfigError(f"--engine {args.engine} needs --tokenizer DIR")
     if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
@@ -137,6 +150,47 @@ def _check_args(args: argparse.Namespace) -> ServerConfig:
                           **session_config(args))
     config.validate()
     return config
+
+
+async def _running_gateways(urls: list[str]) -> RunningGateways:
+    """Running gateways as the run's target: each must answer ``/health`` (ok)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        for url in urls:
+            try:
+                reply = await http.get(url.rstrip("/") + "/health")
+            except httpx.HTTPError as exc:
+                raise ConfigError(f"--gateway {url}: no answer ({exc})") from exc
+            if reply.status_code != 200:
+                raise ConfigError(f"--gateway {url}: /health answered {reply.status_code}")
+    return RunningGateways(tuple(u.rstrip("/") for u in urls))
+
+
+class Target(Protocol):
+    """What a run goes to: the stack it started, or running gateways."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunningGateways:
+    """Gateways this run did not start (``--gateway``): nothing to stop."""
+
+    urls: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def description(self) -> str:
+        return "gateway" + ("s " if len(self.urls) > 1 else " ") + ", ".join(self.urls)
+
+    async def close(self) -> None:
+        return None
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -187,10 +241,11 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
     return table
 
 
-def _config_record(args: argparse.Namespace, stack: Stack | None,
+def _config_record(args: argparse.Namespace, stack: Target | None,
                    settings: RolloutSettings) -> dict[str, Any]:
     return {"agent": args.agent, "data": str(args.data), "engine": args.engine,
             "engine_url": args.engine_url, "tokenizer": args.tokenizer,
+            "gateway": args.gateway,
             "session_version": args.session_version,
             "family": args.family, "stack": stack.description if stack else None,
             "limit": args.limit, **{k: getattr(settings, k) for k in (
@@ -231,19 +286,23 @@ async def _run_async(args: argparse.Namespace, config: ServerConfig, agent: Agen
     interrupts = _Interrupts(err, main)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupts)
-    stack: Stack | None = None
+    stack: Target | None = None
     started = time.monotonic()
     try:
         try:
-            with err.status(f"starting the {config.engine} engine and the gateway..."):
-                stack = await start_stack(config)
+            if args.gateway:
+                stack = await _running_gateways(args.gateway)
+            else:
+                with err.status(f"starting the {config.engine} engine and the gateway..."):
+                    stack = await start_stack(config)
         except asyncio.CancelledError:
             err.print("tito rollout: interrupted before the run started; nothing written")
             return EXIT_INTERRUPTED
         except Exception as exc:
-            err.print(f"tito rollout: cannot start the {args.engine} engine and gateway: "
-                      f"{type(exc).__name__}: {exc}", markup=False, highlight=False,
-                      soft_wrap=True)
+            what = "reach the gateway" if args.gateway else \
+                f"start the {args.engine} engine and gateway"
+            err.print(f"tito rollout: cannot {what}: {type(exc).__name__}: {exc}",
+                      markup=False, highlight=False, soft_wrap=True)
             return EXIT_FAILED
         startup = time.monotonic() - started
         result = await _drive(args, agent, abort, prompts, settings, stack, err, interrupts)
@@ -256,7 +315,7 @@ async def _run_async(args: argparse.Namespace, config: ServerConfig, agent: Agen
 
 
 async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
-                 prompts: list[PromptItem], settings: RolloutSettings, stack: Stack,
+                 prompts: list[PromptItem], settings: RolloutSettings, stack: Target,
                  err: Console, interrupts: _Interrupts) -> RolloutResult:
     progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
@@ -276,7 +335,8 @@ async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None
         progress.update(task, advance=1,
                         status=f"{generated} tok" + (f", {failed} failed" if failed else ""))
 
-    driver = RolloutDriver(stack.url, agent, prompts, settings, abort_hook=abort,
+    urls = [u.rstrip("/") for u in args.gateway] if args.gateway else [stack.url]
+    driver = RolloutDriver(urls, agent, prompts, settings, abort_hook=abort,
                            on_result=on_result)
     interrupts.driver = driver
     err.print(f"tito rollout: {driver.total} trajectories, {stack.description}, "
@@ -286,7 +346,7 @@ async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None
         return await driver.run()
 
 
-def _finish(args: argparse.Namespace, settings: RolloutSettings, stack: Stack | None,
+def _finish(args: argparse.Namespace, settings: RolloutSettings, stack: Target | None,
             result: RolloutResult, startup: float, out: Console, err: Console) -> int:
     from tito.client.writers import write_rollout
 

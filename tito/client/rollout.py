@@ -253,9 +253,11 @@ class _TrackingTracer(SessionTracer):
 
 
 class RolloutDriver:
-    """Runs ``agent`` over ``prompts`` against the gateway at ``gateway_url``."""
+    """Runs ``agent`` over ``prompts`` against the gateway at ``gateway_url`` (or the
+    workers of ``tito serve --workers N``, a list in worker order: each trajectory's
+    session is placed by a stable hash of its index)."""
 
-    def __init__(self, gateway_url: str, agent: AgentFn, prompts: list[PromptItem],
+    def __init__(self, gateway_url: str | list[str], agent: AgentFn, prompts: list[PromptItem],
                  settings: RolloutSettings, *, abort_hook: AbortFn | None = None,
                  on_result: Callable[[TrajectoryResult], None] | None = None) -> None:
         self.gateway_url = gateway_url
