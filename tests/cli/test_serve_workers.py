@@ -171,3 +171,32 @@ def test_workers_stop_when_the_first_is_killed() -> None:
             raise AssertionError("worker 1 outlived the first worker")
     finally:
         engine.stop()
+
+
+def test_a_restart_with_the_journal_resumes_every_workers_sessions(tmp_path: Any) -> None:
+    tokenizer = tokenizer_dir("qwen3")
+    engine = start_mock(tokenizer, "qwen3")
+    base = free_block(2)
+    flags = ["serve", "--engine-url", engine.url, "--tokenizer", str(tokenizer), "--family",
+             "qwen3", "--port", str(base), "--workers", "2", "--journal", str(tmp_path / "j")]
+    try:
+        parent = start_tito(*flags, timeout=180)
+        worker1 = f"http://127.0.0.1:{base + 1}"
+        sid = httpx.post(worker1 + "/sessions").json()["session_id"]
+        reply = client_for(worker1, sid).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "SAY Kept."}])
+        assert reply.choices[0].message.content == "Kept."
+        parent.stop()
+        assert (tmp_path / "j" / "worker-1").is_dir()
+        parent = start_tito(*flags, timeout=180)
+        try:
+            meta = httpx.get(f"{worker1}/sessions/{sid}").json()["metadata"]
+            assert meta["num_turns"] == 1
+        finally:
+            parent.stop()
+    finally:
+        engine.stop()
+
+
+def client_for(url: str, sid: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/sessions/{sid}/v1", api_key="x", max_retries=0)
