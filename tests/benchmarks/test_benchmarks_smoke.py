@@ -73,3 +73,10 @@ def test_ttft_tiny(tmp_path: Path) -> None:
                   "gateway messages, first turn", "gateway responses, first turn",
                   "over the engine's own"):
         assert label in out, label
+
+
+def test_scale_out_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("scale_out.py", "--sessions", "4", "--turns", "2", "--concurrency",
+                        "2", "--engines", "1,2", "--workers", "1,2", tmp_path=tmp_path)
+    assert "several engines" in out and "several gateway workers" in out
+    assert "4, 4" in out  # four sessions of two turns over two engines: four requests each
