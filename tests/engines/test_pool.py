@@ -16,10 +16,11 @@ import pytest
 from fakes import FakeEngine
 from support import Proc, start_gateway, start_mock, tokenizer_dir
 
-from tito.engines.pool import EnginePool, session_of
+from tito.engines.pool import EnginePool
 from tito.render.base import TemplateRenderer
 from tito.types.engine import SamplingParams
 from tito.types.errors import EngineUnreachable
+from tito.types.placement import session_of
 
 PARAMS = SamplingParams(max_new_tokens=8)
 

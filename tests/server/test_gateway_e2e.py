@@ -119,6 +119,7 @@ def test_six_turn_tool_agent_exact_sample(stack: Any) -> None:
     log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
     assert len(log) == 6
     assert_tito_chain(log)
+    assert {e["routing_key"] for e in log} == {sid}  # SGLang's router keeps it on one engine
     # Turn 3 ran with thinking off: its prompt ends with the empty think block.
     assert log[2]["input_ids"][-4:] != log[3]["input_ids"][-4:]
 

@@ -33,6 +33,7 @@ from tito.types.engine import (
     stream_generate,
 )
 from tito.types.errors import EngineError, EngineTimeout, EngineUnreachable
+from tito.types.placement import session_of
 
 PROBE_EVERY_S = 1.0
 """An ejected engine is probed at most this often (while turns arrive)."""
@@ -55,13 +56,6 @@ class Member:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     running: set[str] = field(default_factory=set)
-
-
-def session_of(rid: str) -> str:
-    """The session of a request id (``<session>_t<turn>_<hex>``, as the gateway names
-    them); a foreign id is its own session."""
-    session, sep, _ = rid.partition("_t")
-    return session if sep else rid
 
 
 def is_transport_failure(exc: BaseException) -> bool:

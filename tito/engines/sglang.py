@@ -43,6 +43,7 @@ from tito.types.engine import (
     WeightSpan,
 )
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
+from tito.types.placement import session_of
 
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -399,6 +400,13 @@ _ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
     "tito_sglang_attempt", default=None)
 
 
+def routing_headers(rid: str) -> dict[str, str]:
+    """A ``/generate`` request's headers: JSON, and the session as the routing key of
+    SGLang's router (``X-SMG-Routing-Key``, its consistent-hashing policy), so that one
+    ``--engine-url`` pointing at the router keeps each session on one engine."""
+    return {**_JSON_HEADERS, "x-smg-routing-key": session_of(rid)}
+
+
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     """The ``data:`` payloads of a server-sent event stream."""
     async for line in content:
@@ -515,8 +523,10 @@ class SGLangEngine:
     @staticmethod
     async def _exchange(session: aiohttp.ClientSession, method: str, url: str,
                         body: bytes | None, timeout: aiohttp.ClientTimeout,
-                        attempt: _Attempt | None) -> tuple[int, bytes]:
-        headers = _JSON_HEADERS if body is not None else None
+                        attempt: _Attempt | None, headers: dict[str, str] | None = None
+                        ) -> tuple[int, bytes]:
+        if headers is None:
+            headers = _JSON_HEADERS if body is not None else None
         token = _ATTEMPT.set(attempt)
         try:
             async with session.request(method, url, data=body, headers=headers,
@@ -528,13 +538,14 @@ class SGLangEngine:
             _ATTEMPT.reset(token)
 
     async def _request(self, method: str, path: str, body: bytes | None = None, *,
-                       timeout: aiohttp.ClientTimeout | None = None) -> tuple[int, bytes]:
+                       timeout: aiohttp.ClientTimeout | None = None,
+                       headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """(status, body) of one request; see the class docstring for the retry."""
         timeout = timeout or self._timeout
         attempt = _Attempt()
         try:
             return await self._exchange(self._client(), method, self.url + path, body,
-                                        timeout, attempt)
+                                        timeout, attempt, headers)
         except TimeoutError as exc:
             raise self._timed_out(path, timeout) from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -542,16 +553,17 @@ class SGLangEngine:
                 raise self._transport_error(path, exc) from exc
             first = f"{type(exc).__name__}: {exc}"
         self.stale_retries += 1
-        return await self._retry_fresh(method, path, body, timeout, first)
+        return await self._retry_fresh(method, path, body, timeout, first, headers)
 
     async def _retry_fresh(self, method: str, path: str, body: bytes | None,
-                           timeout: aiohttp.ClientTimeout, first: str) -> tuple[int, bytes]:
+                           timeout: aiohttp.ClientTimeout, first: str,
+                           headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """The request again on a new connection of its own (closed afterwards)."""
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as fresh:
             try:
                 return await self._exchange(fresh, method, self.url + path, body, timeout,
-                                            None)
+                                            None, headers)
             except TimeoutError as exc:
                 raise self._timed_out(path, timeout) from exc
             except (aiohttp.ClientError, OSError) as exc:
@@ -610,7 +622,8 @@ class SGLangEngine:
         start = time.perf_counter()
         status, body = await self._request(
             "POST", "/generate", self._generate_payload(input_ids, params, rid, replay,
-                                                        stream=False))
+                                                        stream=False),
+            headers=routing_headers(rid))
         if status != 200:
             raise self._refusal(status, body)
         try:
@@ -639,7 +652,8 @@ class SGLangEngine:
         body = self._generate_payload(input_ids, params, rid, replay, stream=True)
         path = "/generate"
         try:
-            async with self._client().post(self.url + path, data=body, headers=_JSON_HEADERS,
+            async with self._client().post(self.url + path, data=body,
+                                           headers=routing_headers(rid),
                                            timeout=self._timeout) as resp:
                 if resp.status != 200:
                     raise self._refusal(resp.status, await resp.read())

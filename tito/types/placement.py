@@ -45,3 +45,11 @@ def gateway_of(session_id: str, urls: Sequence[str]) -> str:
     if len(urls) == 1 or index is None or index >= len(urls):
         return urls[0]
     return urls[index]
+
+
+def session_of(rid: str) -> str:
+    """The session of an engine request id (``<session>_t<turn>_<hex>``, as the gateway
+    names them); a foreign id is its own session. Engines route on it (SGLang's router:
+    ``X-SMG-Routing-Key``; the engine pool: stickiness)."""
+    session, sep, _ = rid.partition("_t")
+    return session if sep else rid

@@ -89,6 +89,7 @@ class MockEngine:
             return _contract_error(str(exc))
         except RequestError as exc:
             return _value_error(str(exc))
+        req.log["routing_key"] = request.headers.get("x-smg-routing-key")
         self.core.register(req)
         if body.get("stream"):
             return StreamingResponse(self._stream(req), media_type="text/event-stream")
