@@ -28,6 +28,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "engine": ({"engine": "tgi", "engine_url": None}, ["unknown engine 'tgi'"]),
     "engine_url_needed": ({"engine_url": None}, ["--engine sglang needs --engine-url"]),
     "engine_url_unused": ({"engine": "mock"}, ["--engine-url is only used with"]),
+    "engine_url_kind": ({"engine_url": "tgi+http://x"}, ["sglang+URL or vllm+URL"]),
     "engine_urls_unique": ({"extra_engine_urls": ("http://x",)},
                            ["--engine-url names the same engine twice"]),
     "workers": ({"workers": 0}, ["--workers must be in [1, 256]"]),

@@ -162,8 +162,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: f"--engine {c.engine} needs --engine-url"),
     Rule("engine_url_unused", lambda c: c.engine not in REMOTE_ENGINES and bool(c.engine_url),
          lambda c: "--engine-url is only used with --engine sglang or vllm"),
-    Rule("engine_urls_unique", lambda c: len({c.engine_url, *c.extra_engine_urls})
-         < 1 + len(c.extra_engine_urls),
+    Rule("engine_url_kind", lambda c: any(kind not in REMOTE_ENGINES
+                                          for kind, _ in engine_targets(c)),
+         lambda c: "an --engine-url prefix names an engine kind: sglang+URL or vllm+URL"),
+    Rule("engine_urls_unique", lambda c: len({u for _, u in engine_targets(c)})
+         < len(engine_targets(c)),
          lambda c: "--engine-url names the same engine twice; give each engine once"),
     Rule("workers", lambda c: not 1 <= c.workers <= MAX_WORKERS
          or not 0 <= c.worker_index < c.workers,
@@ -223,6 +226,18 @@ RULES: tuple[Rule, ...] = (
                    "--pause-generation-mode in_place or abort for incremental rows",
          level="warning"),
 )
+
+
+def engine_targets(config: ServerConfig) -> list[tuple[str, str]]:
+    """(kind, URL) of every ``--engine-url``: ``vllm+http://...`` names its kind, a plain
+    URL is of ``--engine``'s kind (engines of both kinds may serve side by side)."""
+    out = []
+    for raw in (config.engine_url, *config.extra_engine_urls):
+        if not raw:
+            continue
+        kind, sep, url = raw.partition("+")
+        out.append((kind, url) if sep and "://" in url else (config.engine, raw))
+    return out
 
 
 def check(config: ServerConfig) -> list[str]:

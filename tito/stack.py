@@ -14,7 +14,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, replace
 
-from tito.config import ServerConfig
+from tito.config import ServerConfig, engine_targets
 from tito.launch import ServerProcess, start_mock_engine
 from tito.net import AppServer, bind_tcp
 from tito.render import build_renderer
@@ -47,20 +47,20 @@ def build_engine(config: ServerConfig) -> Engine:
     if not config.engine_url:
         raise ConfigError(f"--engine {config.engine} has no engine URL")
 
-    def client(url: str) -> Engine:
-        if config.engine == "vllm":
+    def client(kind: str, url: str) -> Engine:
+        if kind == "vllm":
             from tito.engines.vllm import VLLMEngine
 
             return VLLMEngine(url, timeout=config.engine_timeout, lora_name=config.lora_name)
         return SGLangEngine(url, timeout=config.engine_timeout, lora_path=config.lora_name,
                             stream_interval=config.stream_interval)
 
-    if not config.extra_engine_urls and config.engine_max_inflight is None:
-        return client(config.engine_url)
+    targets = engine_targets(config)
+    if len(targets) == 1 and config.engine_max_inflight is None:
+        return client(*targets[0])
     from tito.engines.pool import EnginePool
 
-    urls = (config.engine_url, *config.extra_engine_urls)
-    return EnginePool([(url, client(url)) for url in urls],
+    return EnginePool([(url, client(kind, url)) for kind, url in targets],
                       max_inflight=config.engine_max_inflight)
 
 

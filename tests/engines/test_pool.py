@@ -161,3 +161,18 @@ def test_two_engines_behind_one_gateway(two_engines: tuple[list[Proc], Proc]) ->
     health = httpx.get(gateway.url + "/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert [e["up"] for e in health.json()["engine"]["engines"]] == [False, True]
+
+
+def test_engines_of_both_kinds_serve_side_by_side() -> None:
+    from tito.config import ServerConfig
+    from tito.engines.sglang import SGLangEngine
+    from tito.engines.vllm import VLLMEngine
+    from tito.stack import build_engine
+
+    config = ServerConfig(tokenizer="t", engine="sglang", engine_url="http://a:1",
+                          extra_engine_urls=("vllm+http://b:2", "sglang+http://c:3"))
+    config.validate()
+    pool = build_engine(config)
+    assert isinstance(pool, EnginePool)
+    assert [(m.url, type(m.engine)) for m in pool.members] == [
+        ("http://a:1", SGLangEngine), ("http://b:2", VLLMEngine), ("http://c:3", SGLangEngine)]
