@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import re
-import socket
 import sys
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ import httpx
 from _common import QWEN3_DIR, cpu_ns, fmt, print_table, start_mock, start_server
 
 from tito.launch import tito_command
+from tito.net import free_port_block
 
 SAY = "SAY " + " ".join(["one two three four"] * 4)
 
@@ -48,22 +47,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def free_block(n: int) -> int:
-    for _ in range(50):
-        base = random.randrange(20000, 60000 - n)
-        socks: list[socket.socket] = []
-        try:
-            for port in range(base, base + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no block of free ports")
 
 
 async def load(urls: list[str], sessions: int, turns: int, concurrency: int) -> float:
@@ -125,7 +108,7 @@ def engines_row(args: argparse.Namespace, k: int) -> dict[str, Any]:
 
 def workers_row(args: argparse.Namespace, n: int) -> dict[str, Any]:
     mock = start_mock(args.tokenizer)
-    base = free_block(n)
+    base = free_port_block(n)
     flags = ["--engine-url", mock.url, "--tokenizer", str(args.tokenizer), "--family",
              "qwen3", "--port", str(base), "--workers", str(n), "--log-level", "warning"]
     gw = gateway(flags, "tito serve --workers")

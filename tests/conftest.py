@@ -46,6 +46,14 @@ def qwen3_stack(qwen3_dir: Path) -> Iterator[tuple[Proc, Proc]]:
         engine.stop()
 
 
+@pytest.fixture
+def stack(qwen3_stack: tuple[Proc, Proc]) -> tuple[Proc, Proc]:
+    """``qwen3_stack`` with the mock's request log cleared."""
+    engine, _ = qwen3_stack
+    httpx.delete(engine.url + "/mock/requests")
+    return qwen3_stack
+
+
 @pytest.fixture(scope="session")
 def qwen3_renderer(qwen3_dir: Path) -> TemplateRenderer:
     return build_renderer("qwen3", qwen3_dir)

@@ -6,13 +6,18 @@ Process tests start ``tito mock-engine`` and ``tito serve`` through :mod:`tito.l
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tito import launch
 from tito.launch import ServerProcess, start_server, tito_command
+from tito.samples import Sample, decode_samples
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TITO_SHARED_DIR", REPO.parent / "shared"))
@@ -43,3 +48,36 @@ def start_mock(tokenizer: str | Path, family: str, *extra: str) -> Proc:
 def start_gateway(engine_url: str, tokenizer: str | Path, family: str, *extra: str) -> Proc:
     """``tito serve --engine sglang`` on a free port, in front of ``engine_url``."""
     return launch.start_gateway(engine_url, tokenizer, family, *extra, cwd=REPO, timeout=60.0)
+
+
+# -- talking to a gateway over the mock engine ------------------------------------------------
+def new_session(url: str) -> str:
+    """A new session on the gateway at ``url`` (its 32-hex-digit id)."""
+    resp = httpx.post(url + "/sessions")
+    assert resp.status_code == 200, resp.text
+    sid = str(resp.json()["session_id"])
+    assert len(sid) == 32 and int(sid, 16) >= 0
+    return sid
+
+
+def engine_log(engine_url: str, session: str | None = None) -> list[dict[str, Any]]:
+    """The mock engine's request log (only ``session``'s requests when given)."""
+    log = list(httpx.get(engine_url + "/mock/requests").json())
+    return log if session is None else [e for e in log if e["rid"].startswith(session)]
+
+
+def assert_tito_chain(log: list[dict[str, Any]], trim: int = 0) -> None:
+    """Every request's prompt extends the previous one's prompt + output (less ``trim``)."""
+    for prev, cur in itertools.pairwise(log):
+        stored = prev["input_ids"] + prev["output_ids"]
+        stored = stored[: len(stored) - trim] if trim else stored
+        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
+
+
+def bare_sample(url: str, sid: str) -> Sample:
+    """The session's one sample without its metadata (ids and timings differ between
+    sessions), for bit-for-bit comparisons."""
+    resp = httpx.post(f"{url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    (sample,) = decode_samples(resp.content).samples
+    return dataclasses.replace(sample, metadata={})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,25 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
+
+
+def free_port_block(n: int, host: str = "127.0.0.1") -> int:
+    """A port P with P .. P+n-1 all free now (for ``tito serve --workers n``)."""
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - n)
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError(f"no block of {n} free ports found")
 
 
 def url_of(sock: socket.socket) -> str:

@@ -4,8 +4,6 @@ name their worker, clients that place sessions on them (real processes, the mock
 from __future__ import annotations
 
 import json
-import random
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,35 +17,19 @@ from support import Proc, start_mock, start_tito, tokenizer_dir
 from tito.client.agent import generate
 from tito.client.tracer import SessionTracer
 from tito.launch import tito_command
+from tito.net import free_port_block
 from tito.types.placement import worker_of
 
 pytestmark = pytest.mark.slow  # starts four processes
 
 
-def free_block(n: int) -> int:
-    """A port P with P .. P+n-1 free (now)."""
-    for _ in range(50):
-        base = random.randrange(20000, 60000 - n)
-        try:
-            socks = []
-            for port in range(base, base + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no block of free ports")
 
 
 @pytest.fixture(scope="module")
 def workers() -> Iterator[tuple[Proc, list[str]]]:
     tokenizer = tokenizer_dir("qwen3")
     engine = start_mock(tokenizer, "qwen3")
-    base = free_block(3)
+    base = free_port_block(3)
     try:
         parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer", str(tokenizer),
                             "--family", "qwen3", "--port", str(base), "--workers", "3",
@@ -153,7 +135,7 @@ def test_workers_need_a_port_and_an_engine_server() -> None:
 def test_workers_stop_when_the_first_is_killed() -> None:
     tokenizer = tokenizer_dir("qwen3")
     engine = start_mock(tokenizer, "qwen3")
-    base = free_block(2)
+    base = free_port_block(2)
     try:
         parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer",
                             str(tokenizer), "--family", "qwen3", "--port", str(base),
@@ -176,7 +158,7 @@ def test_workers_stop_when_the_first_is_killed() -> None:
 def test_a_restart_with_the_journal_resumes_every_workers_sessions(tmp_path: Any) -> None:
     tokenizer = tokenizer_dir("qwen3")
     engine = start_mock(tokenizer, "qwen3")
-    base = free_block(2)
+    base = free_port_block(2)
     flags = ["serve", "--engine-url", engine.url, "--tokenizer", str(tokenizer), "--family",
              "qwen3", "--port", str(base), "--workers", "2", "--journal", str(tmp_path / "j")]
     try:

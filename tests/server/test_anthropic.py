@@ -5,8 +5,6 @@ same conversation sent through Chat Completions."""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 from typing import Any
 
 import anthropic
@@ -15,37 +13,9 @@ import openai
 import pytest
 from scripted import WEATHER_TOOLS
 from scripted_claude import USER_TURNS, blocks, claude, run_claude
+from support import assert_tito_chain, bare_sample, engine_log, new_session
 
-from tito.samples import decode_samples
-from tito.samples.sample import Sample, samples_identical
-
-
-@pytest.fixture
-def stack(qwen3_stack: Any) -> Any:
-    engine, gateway = qwen3_stack
-    httpx.delete(engine.url + "/mock/requests")
-    return engine, gateway
-
-
-def new_session(url: str) -> str:
-    return str(httpx.post(url + "/sessions").json()["session_id"])
-
-
-def engine_log(engine_url: str) -> list[dict[str, Any]]:
-    return list(httpx.get(engine_url + "/mock/requests").json())
-
-
-def assert_tito_chain(log: list[dict[str, Any]]) -> None:
-    for prev, cur in itertools.pairwise(log):
-        stored = prev["input_ids"] + prev["output_ids"]
-        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
-
-
-def sample_of(url: str, sid: str) -> Sample:
-    resp = httpx.post(f"{url}/sessions/{sid}/samples", json={})
-    assert resp.status_code == 200, resp.text
-    (sample,) = decode_samples(resp.content).samples
-    return dataclasses.replace(sample, metadata={})
+from tito.samples.sample import samples_identical
 
 
 def run_chat(url: str, sid: str) -> None:
@@ -101,7 +71,7 @@ def test_tool_conversation_keeps_tito_and_equals_chat(stack: Any) -> None:
     chat_sid = new_session(gateway.url)
     httpx.delete(engine.url + "/mock/requests")
     run_chat(gateway.url, chat_sid)
-    assert samples_identical(sample_of(gateway.url, sid), sample_of(gateway.url, chat_sid))
+    assert samples_identical(bare_sample(gateway.url, sid), bare_sample(gateway.url, chat_sid))
 
 
 def test_stop_sequence_and_max_tokens(stack: Any) -> None:

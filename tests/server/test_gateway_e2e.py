@@ -6,7 +6,6 @@ request log), and the collected sample is compared with them bit for bit.
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from support import assert_tito_chain, engine_log, new_session
 
 from tito.samples import decode_samples
 
@@ -25,19 +25,6 @@ TOOLS = [
 ]
 
 
-@pytest.fixture
-def stack(qwen3_stack: Any) -> Any:
-    engine, gateway = qwen3_stack
-    httpx.delete(engine.url + "/mock/requests")
-    return engine, gateway
-
-
-def new_session(gateway_url: str) -> str:
-    resp = httpx.post(gateway_url + "/sessions")
-    assert resp.status_code == 200
-    sid = resp.json()["session_id"]
-    assert len(sid) == 32 and int(sid, 16) >= 0
-    return sid
 
 
 def client_for(gateway_url: str, sid: str) -> openai.OpenAI:
@@ -50,8 +37,6 @@ def as_message(choice_message: Any) -> dict[str, Any]:
     return choice_message.model_dump(exclude_none=True)
 
 
-def engine_log(engine_url: str) -> list[dict[str, Any]]:
-    return httpx.get(engine_url + "/mock/requests").json()
 
 
 def collect(gateway_url: str, sid: str, **body: Any) -> Any:
@@ -61,11 +46,6 @@ def collect(gateway_url: str, sid: str, **body: Any) -> Any:
     return decode_samples(resp.content)
 
 
-def assert_tito_chain(log: list[dict[str, Any]], trim: int = 0) -> None:
-    for prev, cur in itertools.pairwise(log):
-        stored = prev["input_ids"] + prev["output_ids"]
-        stored = stored[: len(stored) - trim] if trim else stored
-        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
 
 
 def test_six_turn_tool_agent_exact_sample(stack: Any) -> None:

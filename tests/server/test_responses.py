@@ -9,7 +9,6 @@ replay."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from inproc import asgi_client, openai_for
 from inproc import new_session as new_inproc_session
 from openai.types.responses import Response
 from scripted import WEATHER_TOOLS
+from support import assert_tito_chain, engine_log, new_session
 
 from tito.samples import decode_samples
 from tito.samples.sample import Sample, samples_identical
@@ -41,15 +41,6 @@ REMINDER = "Reminder: be brief."
 LAST = "Thanks!\nSAY Bye."
 
 
-@pytest.fixture
-def stack(qwen3_stack: Any) -> Any:
-    engine, gateway = qwen3_stack
-    httpx.delete(engine.url + "/mock/requests")
-    return engine, gateway
-
-
-def new_session(url: str) -> str:
-    return str(httpx.post(url + "/sessions").json()["session_id"])
 
 
 def client_for(url: str, sid: str) -> openai.AsyncOpenAI:
@@ -57,15 +48,8 @@ def client_for(url: str, sid: str) -> openai.AsyncOpenAI:
                               max_retries=0)
 
 
-def engine_log(engine_url: str, sid: str) -> list[dict[str, Any]]:
-    return [e for e in httpx.get(engine_url + "/mock/requests").json()
-            if e["rid"].startswith(sid)]
 
 
-def assert_tito_chain(log: list[dict[str, Any]]) -> None:
-    for prev, cur in itertools.pairwise(log):
-        stored = prev["input_ids"] + prev["output_ids"]
-        assert cur["input_ids"][: len(stored)] == stored, "TITO invariant broken"
 
 
 def view(url: str, sid: str) -> dict[str, Any]:

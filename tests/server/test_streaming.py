@@ -5,7 +5,6 @@ event, and a client that leaves mid-stream leaves the session as it was."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import time
@@ -17,28 +16,16 @@ import openai
 import pytest
 from scripted import WEATHER_TOOLS, weather_agent
 from scripted_claude import run_claude
-from support import Proc, start_gateway, start_mock, tokenizer_dir
+from support import (
+    Proc,
+    bare_sample,
+    new_session,
+    start_gateway,
+    start_mock,
+    tokenizer_dir,
+)
 
-from tito.samples import decode_samples
-from tito.samples.sample import Sample, samples_identical
-
-
-@pytest.fixture
-def stack(qwen3_stack: Any) -> Any:
-    engine, gateway = qwen3_stack
-    httpx.delete(engine.url + "/mock/requests")
-    return engine, gateway
-
-
-def new_session(url: str) -> str:
-    return str(httpx.post(url + "/sessions").json()["session_id"])
-
-
-def sample_of(url: str, sid: str) -> Sample:
-    resp = httpx.post(f"{url}/sessions/{sid}/samples", json={})
-    assert resp.status_code == 200, resp.text
-    (sample,) = decode_samples(resp.content).samples
-    return dataclasses.replace(sample, metadata={})
+from tito.samples.sample import samples_identical
 
 
 def streamed_message(chunks: Iterator[Any]) -> dict[str, Any]:
@@ -102,8 +89,8 @@ async def test_chat_streamed_conversation_equals_the_unstreamed_one(stack: Any) 
         assert (a.get("reasoning_content") or "") == (b.get("reasoning_content") or "")
         assert [c["function"] for c in a.get("tool_calls", [])] == \
             [c["function"] for c in b.get("tool_calls", [])]
-    assert samples_identical(sample_of(gateway.url, streamed_sid),
-                             sample_of(gateway.url, plain_sid))
+    assert samples_identical(bare_sample(gateway.url, streamed_sid),
+                             bare_sample(gateway.url, plain_sid))
 
 
 def test_the_turn_is_committed_before_the_terminal_event(stack: Any) -> None:
@@ -141,8 +128,8 @@ def test_anthropic_streamed_conversation_equals_the_unstreamed_one(stack: Any) -
             else:
                 assert x.model_dump(exclude={"citations", "parsed_output"}) == \
                     y.model_dump(exclude={"citations", "parsed_output"})
-    assert samples_identical(sample_of(gateway.url, streamed_sid),
-                             sample_of(gateway.url, plain_sid))
+    assert samples_identical(bare_sample(gateway.url, streamed_sid),
+                             bare_sample(gateway.url, plain_sid))
 
 
 @pytest.fixture(scope="module")
