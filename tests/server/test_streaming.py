@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from inproc import asgi_client
 from scripted import WEATHER_TOOLS, weather_agent
 from scripted_claude import run_claude
 from support import (
@@ -26,6 +27,8 @@ from support import (
 )
 
 from tito.samples.sample import samples_identical
+from tito.types.engine import StreamChunk
+from tito.types.errors import EngineUnreachable
 
 
 def streamed_message(chunks: Iterator[Any]) -> dict[str, Any]:
@@ -216,3 +219,30 @@ def test_a_tool_call_is_sent_as_soon_as_it_is_complete(
     assert [c["id"] for c in stored] == ids  # the ids the client saw are the stored ones
     sent = httpx.get(engine.url + "/mock/requests").json()[-1]
     assert sent["stream"] and sent["sampling_params"]["stream_interval"] == 2
+
+
+@pytest.mark.parametrize("path", ["v1/chat/completions", "v1/messages", "v1/responses"])
+async def test_an_engine_failure_mid_stream_is_an_error_event_logged_with_its_cause(
+        make_gateway: Any, caplog: pytest.LogCaptureFixture, path: str) -> None:
+    gateway = make_gateway()
+
+    async def broken_stream(*args: Any, **kwargs: Any) -> Any:
+        yield StreamChunk([9707])  # one id, then the engine goes away
+        raise EngineUnreachable("engine transport error: connection reset")
+
+    gateway.engine.generate_stream = broken_stream
+    body: dict[str, Any] = {"stream": True, "max_tokens": 16}
+    if path == "v1/responses":
+        body["input"] = "SAY hi"
+    else:
+        body["messages"] = [{"role": "user", "content": "SAY hi"}]
+    async with asgi_client(gateway) as http:
+        sid = (await http.post("/sessions")).json()["session_id"]
+        resp = await http.post(f"/sessions/{sid}/{path}", json=body)
+        assert resp.status_code == 200  # the stream had started
+        assert "connection reset" in resp.text and "engine_error" in resp.text
+        view = (await http.get(f"/sessions/{sid}")).json()
+        assert view["metadata"]["num_turns"] == 0 and not view["metadata"]["turn_in_progress"]
+        metrics = (await http.get("/metrics")).text
+    assert 'tito_errors_total{status="502",code="engine_error"} 1' in metrics
+    assert any("-> 502 engine_error" in r.getMessage() for r in caplog.records)

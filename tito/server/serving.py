@@ -24,6 +24,7 @@ from tito.server.http import cancel_on_disconnect, read_body
 from tito.server.idempotency import RetryKey, TurnReplies
 from tito.session import Session
 from tito.types.engine import SamplingParams, StreamChunk
+from tito.types.errors import TitoError
 from tito.types.messages import ParsedCompletion, TurnRequest
 
 log = logging.getLogger("tito.server")
@@ -83,6 +84,7 @@ class TurnStream:
     events: AsyncGenerator[StreamChunk | TurnOutcome, None]
     first: StreamChunk | TurnOutcome
     response_id: str
+    gateway: Gateway
 
     async def deltas(self, parse: Parse, every: int) -> AsyncIterator[Delta | TurnOutcome]:
         """Text deltas and complete tool calls as the engine generates (see
@@ -109,6 +111,21 @@ class TurnStream:
                 yield delta
             event = await anext(self.events)
 
+    def failed(self, exc: Exception, status_of: Callable[[TitoError], int]) -> TitoError:
+        """A failure after the first byte (sent as the API's error event): counted, and
+        logged with its cause when it is a server-side one (status >= 500), as a failed
+        reply would be."""
+        error = exc if isinstance(exc, TitoError) else \
+            TitoError("internal server error; see the gateway log")
+        if error is not exc:
+            error.__cause__ = exc
+        status = status_of(error)
+        self.gateway.metrics.error(status, error.code)
+        if status >= 500:
+            log.error("stream %s -> %d %s: %s", self.response_id, status, error.code,
+                      error.message, exc_info=error)
+        return error
+
     async def aclose(self) -> None:
         """Stop early (the client left, or an error was sent): the engine request is
         aborted and the session left as it was, unless the turn was committed."""
@@ -125,7 +142,7 @@ async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest
     except BaseException:
         await events.aclose()
         raise
-    return TurnStream(events, first, response_id)
+    return TurnStream(events, first, response_id, gateway)
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:

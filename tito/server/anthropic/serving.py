@@ -19,7 +19,7 @@ from tito.server.anthropic.convert import (
     tool_use_block,
     turn_request,
 )
-from tito.server.anthropic.errors import TYPE
+from tito.server.anthropic.errors import TYPE, status_of
 from tito.server.anthropic.models import (
     MESSAGE,
     TOKEN_COUNT,
@@ -39,7 +39,6 @@ from tito.server.serving import (
     run_api_turn,
     sse_response,
 )
-from tito.types.errors import TitoError
 from tito.types.messages import TurnRequest
 
 JSON = "application/json"
@@ -169,9 +168,10 @@ async def live_events(stream: TurnStream, gateway: Gateway, response_id: str, mo
                 blocks.finish(message_reply(event, model, stop_sequences))
             for chunk in chunks:
                 yield chunk
-    except TitoError as exc:
-        yield _event("error", {"error": {"type": TYPE.get(exc.kind, "invalid_request_error"),
-                                         "message": f"[{exc.code}] {exc.message}"}})
+    except Exception as exc:
+        error = stream.failed(exc, status_of)
+        yield _event("error", {"error": {"type": TYPE.get(error.kind, "invalid_request_error"),
+                                         "message": f"[{error.code}] {error.message}"}})
     finally:
         await stream.aclose()
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from tito.parse.stream import Delta
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, decode_json
-from tito.server.openai.errors import error_body
+from tito.server.openai.errors import error_body, status_of
 from tito.server.openai.models import (
     CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK,
@@ -43,7 +43,6 @@ from tito.server.serving import (
     sse_response,
 )
 from tito.types.engine import SamplingParams
-from tito.types.errors import TitoError
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
@@ -175,8 +174,8 @@ async def live_events(stream: TurnStream, gateway: Gateway, response_id: str,
                 last = _chunk(response_id, created, model, None)
                 last["usage"] = body["usage"]
                 yield _sse(last)
-    except TitoError as exc:
-        yield b"data: " + error_body(exc) + b"\n\n"
+    except Exception as exc:
+        yield b"data: " + error_body(stream.failed(exc, status_of)) + b"\n\n"
     finally:
         await stream.aclose()
     yield b"data: [DONE]\n\n"

@@ -20,11 +20,10 @@ import orjson
 
 from tito.parse.stream import Delta
 from tito.server.gateway import TurnOutcome
-from tito.server.openai.errors import TYPE
+from tito.server.openai.errors import TYPE, status_of
 from tito.server.responses.convert import call_item, item_id
 from tito.server.responses.models import ResponseBody
 from tito.server.serving import TurnStream
-from tito.types.errors import TitoError
 from tito.types.messages import ParsedCompletion
 
 Parse = Callable[[Any, str], ParsedCompletion]
@@ -155,8 +154,9 @@ async def live_events(stream: TurnStream, head: dict[str, Any], parse: Parse, ev
                 events.finish(build(event))
             for chunk in chunks:
                 yield chunk
-    except TitoError as exc:
-        yield events.event("error", code=exc.code, message=exc.message, param=None,
-                           error_type=TYPE.get(exc.kind, "invalid_request_error"))
+    except Exception as exc:
+        error = stream.failed(exc, status_of)
+        yield events.event("error", code=error.code, message=error.message, param=None,
+                           error_type=TYPE.get(error.kind, "invalid_request_error"))
     finally:
         await stream.aclose()
