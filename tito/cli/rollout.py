@@ -21,9 +21,10 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from rich.console import Console
@@ -56,6 +57,9 @@ from tito.config import ENGINES, ServerConfig
 from tito.examples import ARITHMETIC_DATA, DEMO_AGENT
 from tito.stack import EMBEDDED_FAMILY, default_family, start_stack
 from tito.types.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tito.client.ray_rollout import RayRolloutDriver
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -94,6 +98,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use running tito gateway(s) instead of starting one; give it once "
                         "per worker of `tito serve --workers N`, in order (sessions are "
                         "placed by a stable hash of the trajectory index)")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run the trajectories as Ray tasks on a cluster: auto, HOST:PORT, "
+                        "ray://HOST:PORT, or local (a one-node cluster in this process); "
+                        "one gateway per node (the engine flags apply on each node) unless "
+                        "--gateway is given; needs pip install 'tito-gateway[ray]'")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="tokenizer folder (sglang, mock); embedded uses the model's own")
     p.add_argument("--family", default=None, choices=sorted(FAMILIES),
@@ -235,19 +244,22 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
     table.add_row("mean reward", "n/a" if s.mean_reward is None else f"{s.mean_reward:.3f}")
     table.add_row("wall time", f"{s.wall_time_s:.1f} s (+ {startup:.1f} s startup)")
     table.add_row("generated tokens/s", f"{s.generated_tokens_per_s:.1f}")
+    if s.requeued_trajectories:
+        table.add_row("run again (node lost)", f"{s.requeued_trajectories} trajectories, "
+                                               f"{s.duplicates_dropped} duplicates dropped")
     if s.interrupted:
         table.add_row("interrupted", "[yellow]yes[/] (partial results)")
     table.add_row("output", str(out_dir) if out_dir else "[red]not written[/]")
     return table
 
 
-def _config_record(args: argparse.Namespace, stack: Target | None,
+def _config_record(args: argparse.Namespace, description: str | None,
                    settings: RolloutSettings) -> dict[str, Any]:
     return {"agent": args.agent, "data": str(args.data), "engine": args.engine,
             "engine_url": args.engine_url, "tokenizer": args.tokenizer,
-            "gateway": args.gateway,
+            "gateway": args.gateway, "ray": args.ray,
             "session_version": args.session_version,
-            "family": args.family, "stack": stack.description if stack else None,
+            "family": args.family, "stack": description,
             "limit": args.limit, **{k: getattr(settings, k) for k in (
                 "concurrency", "n_per_prompt", "max_turns", "max_seq_len", "max_new_tokens",
                 "temperature", "seed", "collect_timeout")}}
@@ -259,7 +271,7 @@ class _Interrupts:
 
     console: Console
     main: asyncio.Task[Any]
-    driver: RolloutDriver | None = None
+    driver: RolloutDriver | RayRolloutDriver | None = None
     count: int = 0
 
     def __call__(self) -> None:
@@ -286,6 +298,12 @@ async def _run_async(args: argparse.Namespace, config: ServerConfig, agent: Agen
     interrupts = _Interrupts(err, main)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupts)
+    if args.ray:
+        try:
+            return await _run_ray(args, config, prompts, settings, err, out, interrupts)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
     stack: Target | None = None
     started = time.monotonic()
     try:
@@ -311,15 +329,52 @@ async def _run_async(args: argparse.Namespace, config: ServerConfig, agent: Agen
             await stack.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    return _finish(args, settings, stack, result, startup, out, err)
+    return _finish(args, settings, stack.description if stack else None, result, startup,
+                   out, err)
 
 
-async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
-                 prompts: list[PromptItem], settings: RolloutSettings, stack: Target,
-                 err: Console, interrupts: _Interrupts) -> RolloutResult:
+async def _run_ray(args: argparse.Namespace, config: ServerConfig, prompts: list[PromptItem],
+                   settings: RolloutSettings, err: Console, out: Console,
+                   interrupts: _Interrupts) -> int:
+    """``--ray``: a gateway and a runner per node of the cluster, trajectories as Ray tasks."""
+    from tito.client.ray_rollout import RayRolloutDriver, RayUnavailable
+
+    started = time.monotonic()
+    progress, on_result = _progress_view(err, len(prompts) * settings.n_per_prompt)
+    driver = RayRolloutDriver(args.ray, args.agent, prompts, settings,
+                              config=None if args.gateway else config,
+                              gateways=[u.rstrip("/") for u in args.gateway]
+                              if args.gateway else None, on_result=on_result)
+    try:
+        with err.status(f"joining the Ray cluster {args.ray} and starting a gateway and a "
+                        "runner per node..."):
+            await driver.connect()
+    except (RayUnavailable, asyncio.CancelledError) as exc:
+        await driver.shutdown()
+        reason = "interrupted" if isinstance(exc, asyncio.CancelledError) else str(exc)
+        err.print(f"tito rollout: {reason}; nothing written", markup=False,
+                  highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED if isinstance(exc, asyncio.CancelledError) else EXIT_FAILED
+    interrupts.driver = driver
+    startup = time.monotonic() - started
+    description = driver.description
+    err.print(f"tito rollout: {driver.total} trajectories, {description}", markup=False,
+              highlight=False, soft_wrap=True)
+    with progress:
+        result = await driver.run()
+    if result.requeued:
+        err.print(f"tito rollout: {driver.lost_nodes} node(s) lost; {result.requeued} "
+                  "trajectories ran again elsewhere", markup=False, highlight=False)
+    return _finish(args, settings, description, result, startup, out, err)
+
+
+def _progress_view(err: Console, total: int
+                   ) -> tuple[Progress, Callable[[TrajectoryResult], None]]:
+    """The progress bar and the callback each finished trajectory advances it with."""
     progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
                         TimeElapsedColumn(), console=err, transient=False)
+    task = progress.add_task("rollout", total=total, status="")
     failed = 0
     generated = 0
 
@@ -335,18 +390,24 @@ async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None
         progress.update(task, advance=1,
                         status=f"{generated} tok" + (f", {failed} failed" if failed else ""))
 
+    return progress, on_result
+
+
+async def _drive(args: argparse.Namespace, agent: AgentFn, abort: AbortFn | None,
+                 prompts: list[PromptItem], settings: RolloutSettings, stack: Target,
+                 err: Console, interrupts: _Interrupts) -> RolloutResult:
     urls = [u.rstrip("/") for u in args.gateway] if args.gateway else [stack.url]
+    progress, on_result = _progress_view(err, len(prompts) * settings.n_per_prompt)
     driver = RolloutDriver(urls, agent, prompts, settings, abort_hook=abort,
                            on_result=on_result)
     interrupts.driver = driver
     err.print(f"tito rollout: {driver.total} trajectories, {stack.description}, "
               f"gateway {stack.url}", markup=False, highlight=False, soft_wrap=True)
     with progress:
-        task = progress.add_task("rollout", total=driver.total, status="")
         return await driver.run()
 
 
-def _finish(args: argparse.Namespace, settings: RolloutSettings, stack: Target | None,
+def _finish(args: argparse.Namespace, settings: RolloutSettings, description: str | None,
             result: RolloutResult, startup: float, out: Console, err: Console) -> int:
     from tito.client.writers import write_rollout
 
@@ -356,7 +417,7 @@ def _finish(args: argparse.Namespace, settings: RolloutSettings, stack: Target |
         code = EXIT_INTERRUPTED
     else:
         code = EXIT_OK if summary.ok else EXIT_FAILED
-    record = {"config": _config_record(args, stack, settings), **summary.to_dict(),
+    record = {"config": _config_record(args, description, settings), **summary.to_dict(),
               "startup_s": round(startup, 3), "exit_code": code,
               "files": {"samples": "samples.parquet", "summary": "summary.json"}}
     rows = [(t.prompt_index, t.sample_index, s) for t, s in result.samples()]

@@ -228,6 +228,10 @@ class RolloutResult:
     abort_hook_called: bool = False
     sessions_deleted_at_exit: int = 0
     wall_time: float = 0.0
+    requeued: int = 0
+    """On Ray: trajectories run again because their node (or gateway) was lost."""
+    duplicates_dropped: int = 0
+    """On Ray: results of a trajectory already recorded (never written twice)."""
 
     def samples(self) -> list[tuple[TrajectoryResult, Sample]]:
         """Every sample with its trajectory, ordered by (prompt, sample) index."""
@@ -329,25 +333,33 @@ class RolloutDriver:
     async def _trajectory(self, tracer: SessionTracer, semaphore: asyncio.Semaphore,
                           prompt: PromptItem, k: int) -> None:
         async with semaphore:
-            n = prompt.index * self.settings.n_per_prompt + k
-            metadata = {**prompt.metadata, "prompt_index": prompt.index, "sample_index": k}
-            result = TrajectoryResult(prompt.index, k)
-            started = time.monotonic()
-            try:
-                result.samples, session_meta = await generate_with_metadata(
-                    self.agent, prompt.messages, self.settings.sampling(n), tracer=tracer,
-                    metadata=metadata, max_seq_len=self.settings.max_seq_len, index=n,
-                    max_turns=self.settings.max_turns,
-                )
-                tree = session_meta.get("tree")
-                if isinstance(tree, dict):
-                    result.leaves = len(tree.get("leaves") or [])
-            except Exception as exc:
-                result.error = f"{type(exc).__name__}: {exc}"
-            result.seconds = time.monotonic() - started
+            result = await run_trajectory(tracer, self.agent, prompt, k, self.settings)
             self._results.append(result)
             if self.on_result is not None:
                 self.on_result(result)
+
+
+async def run_trajectory(tracer: SessionTracer, agent: AgentFn, prompt: PromptItem, k: int,
+                         settings: RolloutSettings) -> TrajectoryResult:
+    """Trajectory ``k`` of ``prompt`` in its own session; an agent exception is recorded on
+    the result (never raised). Shared by :class:`RolloutDriver` and the Ray runners."""
+    n = prompt.index * settings.n_per_prompt + k
+    metadata = {**prompt.metadata, "prompt_index": prompt.index, "sample_index": k}
+    result = TrajectoryResult(prompt.index, k)
+    started = time.monotonic()
+    try:
+        result.samples, session_meta = await generate_with_metadata(
+            agent, prompt.messages, settings.sampling(n), tracer=tracer,
+            metadata=metadata, max_seq_len=settings.max_seq_len, index=n,
+            max_turns=settings.max_turns,
+        )
+        tree = session_meta.get("tree")
+        if isinstance(tree, dict):
+            result.leaves = len(tree.get("leaves") or [])
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.seconds = time.monotonic() - started
+    return result
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -445,6 +457,9 @@ class RolloutSummary:
     interrupted: bool = False
     abort_hook_called: bool = False
     sessions_deleted_at_exit: int = 0
+    requeued_trajectories: int = 0
+    """On Ray: trajectories run again after their node or gateway was lost."""
+    duplicates_dropped: int = 0
     violations: list[str] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
@@ -485,6 +500,8 @@ def summarize(result: RolloutResult) -> RolloutSummary:
                        interrupted=result.interrupted,
                        abort_hook_called=result.abort_hook_called,
                        sessions_deleted_at_exit=result.sessions_deleted_at_exit,
+                       requeued_trajectories=result.requeued,
+                       duplicates_dropped=result.duplicates_dropped,
                        wall_time_s=round(result.wall_time, 3))
     # the statuses assembly gives, always shown; a decoded "pending"/"failed" only if seen
     statuses: Counter[str] = Counter(dict.fromkeys(STATUSES[:3], 0))
