@@ -15,6 +15,7 @@ Bottom to top::
     client                      tracer, agent contract, rollout driver (only samples, types)
     integrations                RL-framework adapters over the client (miles / slime)
     stack                       the one stack builder: engines + server + net
+    cluster                     rollouts on a Ray cluster (a stack + runner per node)
     examples                    demo agents and the mock demo
     cli                         the ``tito`` command (top)
 """
@@ -43,8 +44,9 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"samples", "types"},
     "integrations": {"client", "samples", "types"},
     "stack": {"engines", "server", "session", "render", "types", "config", "net", "launch"},
+    "cluster": {"client", "stack", "samples", "types", "config"},
     "examples": {"client", "stack", "samples", "render", "types", "config"},
-    "cli": {"stack", "examples", "client", "engines", "server", "session", "samples",
+    "cli": {"cluster", "stack", "examples", "client", "engines", "server", "session", "samples",
             "render", "parse", "types", "config", "net", "launch"},
     "__init__": {"client", "samples"},
 }

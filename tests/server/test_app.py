@@ -119,7 +119,8 @@ async def test_health_and_metrics(client: httpx.AsyncClient) -> None:
     await client.get("/sessions/" + "0" * 32)
     text = (await client.get("/metrics")).text
     assert "tito_turns_total 1" in text
-    assert 'tito_errors_total{status="404",code="session_not_found"} 1' in text
+    assert ('tito_errors_total{status="404",code="session_not_found",'
+            'route="/sessions/{session_id}"} 1') in text
 
 
 @pytest.mark.parametrize(("method", "path", "status", "code"), [

@@ -244,5 +244,6 @@ async def test_an_engine_failure_mid_stream_is_an_error_event_logged_with_its_ca
         view = (await http.get(f"/sessions/{sid}")).json()
         assert view["metadata"]["num_turns"] == 0 and not view["metadata"]["turn_in_progress"]
         metrics = (await http.get("/metrics")).text
-    assert 'tito_errors_total{status="502",code="engine_error"} 1' in metrics
+    route = "/sessions/{session_id}/" + path
+    assert f'tito_errors_total{{status="502",code="engine_error",route="{route}"}} 1' in metrics
     assert any("-> 502 engine_error" in r.getMessage() for r in caplog.records)

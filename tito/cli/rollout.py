@@ -59,7 +59,7 @@ from tito.stack import EMBEDDED_FAMILY, default_family, start_stack
 from tito.types.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tito.client.ray_rollout import RayRolloutDriver
+    from tito.cluster import RayRolloutDriver
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -337,7 +337,7 @@ async def _run_ray(args: argparse.Namespace, config: ServerConfig, prompts: list
                    settings: RolloutSettings, err: Console, out: Console,
                    interrupts: _Interrupts) -> int:
     """``--ray``: a gateway and a runner per node of the cluster, trajectories as Ray tasks."""
-    from tito.client.ray_rollout import RayRolloutDriver, RayUnavailable
+    from tito.cluster import RayRolloutDriver, RayUnavailable
 
     started = time.monotonic()
     progress, on_result = _progress_view(err, len(prompts) * settings.n_per_prompt)

@@ -31,6 +31,15 @@ Endpoint = Callable[["Gateway", Request], Awaitable[Response]]
 """A route handler: the gateway and the request in, a response out; raises TitoError."""
 
 
+ROUTE_KEY = "tito.route"
+"""Where :meth:`Api.guard` leaves the route's path template in the ASGI scope."""
+
+
+def route_of(request: Request) -> str:
+    """The path template of the route serving ``request`` (empty before routing)."""
+    return str(request.scope.get(ROUTE_KEY, ""))
+
+
 @dataclass(frozen=True)
 class Api:
     name: str
@@ -43,13 +52,15 @@ class Api:
 
     def route(self, gateway: Gateway, path: str, endpoint: Endpoint,
               methods: list[str]) -> Route:
-        return Route(path, self.guard(gateway, endpoint), methods=methods)
+        return Route(path, self.guard(gateway, endpoint, path), methods=methods)
 
-    def guard(self, gateway: Gateway, endpoint: Endpoint
+    def guard(self, gateway: Gateway, endpoint: Endpoint, path: str = ""
               ) -> Callable[[Request], Awaitable[Response]]:
-        """``endpoint`` with every failure turned into this API's error response."""
+        """``endpoint`` with every failure turned into this API's error response; ``path``:
+        the route's template, the ``route`` label of its errors in ``/metrics``."""
 
         async def guarded(request: Request) -> Response:
+            request.scope[ROUTE_KEY] = path
             try:
                 return await endpoint(gateway, request)
             except ClientDisconnect:  # during upload or while the turn ran: nobody to answer
@@ -67,7 +78,7 @@ class Api:
     def fail(self, gateway: Gateway, request: Request, error: TitoError) -> Response:
         """Count ``error``, log it when it is a server-side failure, and word it."""
         status = self.status_of(error)
-        gateway.metrics.error(status, error.code)
+        gateway.metrics.error(status, error.code, route_of(request))
         if status >= 500:
             log.error("%s %s -> %d %s: %s", request.method, request.url.path, status,
                       error.code, error.message, exc_info=error)

@@ -65,7 +65,7 @@ PARSE_INLINE_MAX = 4096
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Turn:
     """A planned turn about to meet the engine."""
 
@@ -73,6 +73,12 @@ class _Turn:
     params: SamplingParams
     replay: ReplayRequest | None
     rid: str
+    started: float
+    """``perf_counter()`` when the turn started (for ``/metrics``)."""
+    engine_started: float
+    """... and when it went to the engine (after any wait while paused)."""
+    held: float
+    """Seconds it waited while the engine was paused."""
 
 
 @dataclass(slots=True)
@@ -207,6 +213,7 @@ class Gateway:
         turn = await self._start_turn(session, request, params, heavy, response_id)
         try:
             try:
+                turn.engine_started = time.perf_counter()
                 result = await self.engine.generate(turn.plan.prompt_ids, turn.params,
                                                     turn.rid, replay=turn.replay)
             except asyncio.CancelledError:  # the client went away: stop the engine too
@@ -231,6 +238,7 @@ class Gateway:
         finished = False
         try:
             result: GenerateResult | None = None
+            turn.engine_started = time.perf_counter()
             async with contextlib.aclosing(stream_generate(  # closed early: the request
                     self.engine, turn.plan.prompt_ids, turn.params, turn.rid,  # ends now
                     replay=turn.replay)) as chunks:
@@ -256,6 +264,8 @@ class Gateway:
                           response_id: str | None) -> _Turn:
         """Plan the turn (the session is claimed until it is committed or released) and
         settle its engine request; while the engine is paused, wait (held, not failed)."""
+        started = time.perf_counter()
+        held = 0.0
         plan = await self._plan(session, request, heavy)
         plan.response_id = response_id
         try:
@@ -269,17 +279,20 @@ class Gateway:
             replay = self._replay(plan)
             if not self._unpaused.is_set():
                 self.metrics.inc("turns_held_total")
+                waited = time.perf_counter()
                 await self._unpaused.wait()
+                held = time.perf_counter() - waited
         except BaseException:
             session.release(plan)
             raise
-        return _Turn(plan, params, replay, rid)
+        return _Turn(plan, params, replay, rid, started, started, held)
 
     async def _finish_turn(self, session: Session, turn: _Turn, result: GenerateResult,
                            heavy: bool) -> TurnOutcome:
         """Check the engine's output, parse it and commit the turn (the caller releases
         the plan if this raises)."""
         plan, replay = turn.plan, turn.replay
+        engine_done = time.perf_counter()
         output = check_output(result, self.vocab_size)
         routed, indexer = self._replay_rows(replay, result, plan, output)
         if heavy or len(output.ids) > PARSE_INLINE_MAX:
@@ -298,12 +311,22 @@ class Gateway:
                 routed_start=0 if replay is None else replay.start_len, indexer=indexer)
             await self._store_turn(session, commit, plan)
             record = commit.record
-        self.metrics.inc("turns_total")
-        self.metrics.inc("generated_tokens_total", len(result.output_ids))
-        self.metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
-        if plan.rolled_back:
-            self.metrics.inc("rollbacks_total")
+        self._count_turn(turn, result, engine_done)
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids), plan.response_id)
+
+    def _count_turn(self, turn: _Turn, result: GenerateResult, engine_done: float) -> None:
+        metrics, plan = self.metrics, turn.plan
+        now = time.perf_counter()
+        engine = engine_done - turn.engine_started
+        metrics.inc("turns_total")
+        metrics.inc("generated_tokens_total", len(result.output_ids))
+        metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
+        if plan.rolled_back:
+            metrics.inc("rollbacks_total")
+        metrics.turn(latency=now - turn.started - turn.held, engine=engine,
+                     overhead=now - turn.started - turn.held - engine,
+                     prompt=len(plan.prompt_ids), bridge=len(plan.bridge_ids),
+                     generated=len(result.output_ids), cached=result.cached_tokens or 0)
 
     def _replay(self, plan: TurnPlan) -> ReplayRequest | None:
         """What the engine must return for routing/indexer replay (None: replay is off)."""
@@ -456,7 +479,7 @@ class Gateway:
             routing=self.config.routing_replay,
             indexer=self.config.indexer_replay,
         )
-        self.metrics.inc("samples_total", len(result.samples))
+        self._count_samples(result.samples)
         return encode_samples(result.samples, session_metadata=session_meta,
                               empty_reason=result.empty_reason)
 
@@ -485,8 +508,17 @@ class Gateway:
                                 names=self.hook_names, session_metadata=session_meta,
                                 agent_metadata=agent)
         empty = None if samples else ("no_records" if not nodes else "all_truncated")
-        self.metrics.inc("samples_total", len(samples))
+        self._count_samples(samples)
         return encode_samples(samples, session_metadata=session_meta, empty_reason=empty)
+
+    def _count_samples(self, samples: list[Sample]) -> None:
+        """``samples_total`` and the mismatch classes of the samples collected."""
+        self.metrics.inc("samples_total", len(samples))
+        for sample in samples:
+            report = sample.metadata.get("tito_session_mismatch")
+            if isinstance(report, list) and report:
+                self.metrics.mismatch([str(item.get("type")) for item in report
+                                       if isinstance(item, dict)])
 
     def session_metadata(self, session: Session, nodes: list[Node] | None = None
                          ) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class TurnStream:
     first: StreamChunk | TurnOutcome
     response_id: str
     gateway: Gateway
+    route: str = ""
+    """The route's path template (the ``route`` label of a failure in ``/metrics``)."""
 
     async def deltas(self, parse: Parse, every: int) -> AsyncIterator[Delta | TurnOutcome]:
         """Text deltas and complete tool calls as the engine generates (see
@@ -120,7 +122,7 @@ class TurnStream:
         if error is not exc:
             error.__cause__ = exc
         status = status_of(error)
-        self.gateway.metrics.error(status, error.code)
+        self.gateway.metrics.error(status, error.code, self.route)
         if status >= 500:
             log.error("stream %s -> %d %s: %s", self.response_id, status, error.code,
                       error.message, exc_info=error)
@@ -134,7 +136,7 @@ class TurnStream:
 
 async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest,
                            params: SamplingParams, *, heavy: bool,
-                           response_id: str) -> TurnStream:
+                           response_id: str, route: str = "") -> TurnStream:
     events = gateway.run_turn_stream(session, turn, params, heavy=heavy,
                                      response_id=response_id)
     try:
@@ -142,7 +144,7 @@ async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest
     except BaseException:
         await events.aclose()
         raise
-    return TurnStream(events, first, response_id, gateway)
+    return TurnStream(events, first, response_id, gateway, route)
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:

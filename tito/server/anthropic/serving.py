@@ -29,6 +29,7 @@ from tito.server.anthropic.models import (
     ToolUseBlock,
     parse_request,
 )
+from tito.server.api import route_of
 from tito.server.gateway import Gateway
 from tito.server.http import cancel_on_disconnect, decode_json, read_json
 from tito.server.openai.serving import STREAM_PARSE_EVERY
@@ -59,7 +60,8 @@ async def messages(gateway: Gateway, request: Request) -> Response:
     if req.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
             gateway, session, turn, sampling_params(req), heavy=heavy,
-            response_id=response_id))
+            response_id=response_id,
+            route=route_of(request)))
         return sse_response(live_events(stream, gateway, response_id, model,
                                         req.stop_sequences))
     body = await run_api_turn(

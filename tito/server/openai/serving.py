@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tito.parse.stream import Delta
+from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, decode_json
 from tito.server.openai.errors import error_body, status_of
@@ -211,7 +212,8 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     if chat.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
             gateway, session, turn_request(data, chat), params, heavy=heavy,
-            response_id=response_id))
+            response_id=response_id,
+            route=route_of(request)))
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return sse_response(live_events(stream, gateway, response_id, include_usage))
     body = await run_api_turn(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, decode_json
 from tito.server.openai.serving import STREAM_PARSE_EVERY
@@ -125,7 +126,8 @@ async def responses(gateway: Gateway, request: Request) -> Response:
 
     if body.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
-            gateway, session, turn, params, heavy=heavy, response_id=response_id))
+            gateway, session, turn, params, heavy=heavy, response_id=response_id,
+            route=route_of(request)))
         head = response_head(body, response_id, gateway.model_name)
         return sse_response(live_events(stream, head, gateway.renderer.parse,
                                         STREAM_PARSE_EVERY, build))
