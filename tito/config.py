@@ -77,6 +77,8 @@ class ServerConfig:
     """``Host`` names served (``*``: any); None: loopback names and ``host``."""
     access_log: bool = False
     """One log line per HTTP request (uvicorn's access log)."""
+    ui: bool = True
+    """Serve the trajectory viewer at ``/ui`` (``--no-ui``: 404)."""
     log_level: str = "info"
     pause_generation_mode: str = "retract"
     """How the engine pauses for a weight update: ``retract``, ``abort`` or ``in_place``;

@@ -49,7 +49,7 @@ async def test_api_key_is_required_everywhere_but_health(make_gateway: Any) -> N
                                headers={"authorization": f"Bearer {KEY}"})
         assert decode_samples(resp.content).samples[0].response_length > 0
         metrics = await http.get("/metrics", headers={"authorization": f"Bearer {KEY}"})
-        assert 'tito_errors_total{status="401",code="invalid_api_key"}' in metrics.text
+        assert 'tito_errors_total{status="401",code="invalid_api_key",route="door"}' in metrics.text
 
 
 async def test_tracer_sends_the_key(make_gateway: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""The ``tito`` command line: ``serve``, ``rollout``, ``mock-engine``, ``verify-template``.
+"""The ``tito`` command line: ``serve``, ``rollout``, ``mock-engine``, ``verify-template``,
+``view``.
 
 One module per subcommand in this package, each with an ``add_arguments(parser)`` /
 ``run(args) -> exit status`` pair, so ``tito X --help`` documents every flag. This is the
@@ -19,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                         "verify a family's append-only rendering and parsing on a tokenizer"),
     "rollout": ("tito.cli.rollout",
                 "run an agent over a dataset through the gateway and write training samples"),
+    "view": ("tito.cli.view", "open the trajectory viewer on a samples.parquet of `tito rollout`"),
 }
 
 

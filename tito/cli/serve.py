@@ -84,6 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "127.0.0.1, localhost, ::1 and --host")
     p.add_argument("--access-log", action="store_true",
                    help="log one line per HTTP request (method, path, status)")
+    p.add_argument("--no-ui", action="store_true",
+                   help="do not serve the trajectory viewer at /ui (404)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"], help="log verbosity")
 
@@ -155,7 +157,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_json_depth=args.max_json_depth, max_prompt_tokens=args.max_prompt_tokens,
         engine_timeout=args.engine_timeout, stream_interval=args.stream_interval,
         served_model_name=args.served_model_name,
-        strict_template=args.strict_template, access_log=args.access_log,
+        strict_template=args.strict_template, access_log=args.access_log, ui=not args.no_ui,
         journal=args.journal, api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
         allowed_hosts=None if args.allowed_hosts is None else
         tuple(args.allowed_hosts.split(",")),

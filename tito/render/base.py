@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
 from tito.render.template import render_template
 from tito.types.errors import BadRequest, TokenizationError
 from tito.types.messages import Message, ParsedCompletion, Parser
@@ -155,6 +156,13 @@ class TemplateRenderer:
         # a template that reads the clock (strftime_now) renders differently over time
         self._base_cache: dict[bytes, str] | None = (
             None if "strftime_now" in template else {})
+        self.skeletons: dict[tuple[bytes, Shape], Skeleton | None] | None = (
+            None if self._base_cache is None else {})
+        """Bridge skeletons by (base key, shape) (:mod:`tito.render.skeleton`); None: off."""
+        custom = type(self).prepare_messages is not TemplateRenderer.prepare_messages
+        self._keyed_fields = frozenset(f for f in ("name", "tool_call_id")
+                                       if custom or f in template)
+        """Fields whose values the render may read: part of a skeleton's key."""
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -284,9 +292,9 @@ class TemplateRenderer:
             )
         base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
                 self._dummy_assistant(previous)]
-        base_text = self._base_text(base, previous, tools, template_kwargs)
-        full_text = self.render_text([*base, *appended], tools=tools,
-                                     template_kwargs=template_kwargs, add_generation_prompt=True)
+        key = self._base_key(previous, tools, template_kwargs)
+        base_text = self._base_text(base, key, tools, template_kwargs)
+        full_text = self._full_text(base, key, appended, tools, template_kwargs)
         if not full_text.startswith(base_text):
             raise TokenizationError(
                 f"rendered suffix diff failed for {roles}: the {self.family!r} template does not "
@@ -297,17 +305,24 @@ class TemplateRenderer:
         drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
 
-    def _base_text(self, base: list[Message], previous: Message | None,
-                   tools: list[dict[str, Any]] | None,
-                   template_kwargs: dict[str, Any] | None) -> str:
-        """The render of the bridge's synthetic base, cached by what it depends on (the
-        tools, the template kwargs and the previous turn's tool calls)."""
+    def _base_key(self, previous: Message | None, tools: list[dict[str, Any]] | None,
+                  template_kwargs: dict[str, Any] | None) -> bytes | None:
+        """What the synthetic base's render depends on (the tools, the template kwargs and
+        the previous turn's tool calls); None: do not cache (a clock-reading template, or
+        values that are not JSON)."""
         if self._base_cache is None:
-            return self.render_text(base, tools=tools, template_kwargs=template_kwargs)
+            return None
         calls = previous.get("tool_calls") if previous else None
         try:
-            key = orjson.dumps([tools, template_kwargs, calls or None])
-        except TypeError:  # not JSON-serializable: render, do not cache
+            return orjson.dumps([tools, template_kwargs, calls or None])
+        except TypeError:
+            return None
+
+    def _base_text(self, base: list[Message], key: bytes | None,
+                   tools: list[dict[str, Any]] | None,
+                   template_kwargs: dict[str, Any] | None) -> str:
+        """The render of the bridge's synthetic base, cached by its key."""
+        if key is None or self._base_cache is None:
             return self.render_text(base, tools=tools, template_kwargs=template_kwargs)
         text = self._base_cache.get(key)
         if text is None:
@@ -316,6 +331,33 @@ class TemplateRenderer:
                 self._base_cache.clear()
             self._base_cache[key] = text
         return text
+
+    def _full_text(self, base: list[Message], key: bytes | None, appended: Sequence[Message],
+                   tools: list[dict[str, Any]] | None,
+                   template_kwargs: dict[str, Any] | None) -> str:
+        """Base + appended with the generation prompt: a filled skeleton when the contents
+        allow one (:mod:`tito.render.skeleton`), else a template render."""
+        def render(messages: Sequence[Message]) -> str:
+            return self.render_text([*base, *messages], tools=tools,
+                                    template_kwargs=template_kwargs,
+                                    add_generation_prompt=True)
+
+        if key is None or self.skeletons is None:
+            return render(appended)
+        shape = shape_of(appended, self._keyed_fields)
+        if shape is None:
+            return render(appended)
+        slot = (key, shape)
+        if slot in self.skeletons:
+            skeleton = self.skeletons[slot]
+        else:
+            skeleton = build_skeleton(render, appended)
+            if len(self.skeletons) >= 1024:
+                self.skeletons.clear()
+            self.skeletons[slot] = skeleton
+        if skeleton is None:
+            return render(appended)
+        return skeleton.fill([str(m["content"]) for m in appended])
 
     def junction(self, base_text: str, stored_last_id: int | None) -> tuple[int, str]:
         """(stored ids to drop, text to add before the bridge) where snapshot meets bridge."""

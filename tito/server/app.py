@@ -19,14 +19,15 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server import anthropic, openai, responses, sessions
+from tito.server import anthropic, openai, responses, sessions, ui
 from tito.server.api import Api
 from tito.server.door import Door
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
-APIS: tuple[Api, ...] = (openai.API, anthropic.API, responses.API, sessions.API)
-"""In routing order: the per-turn API routes first (Starlette tries routes in order)."""
+APIS: tuple[Api, ...] = (openai.API, anthropic.API, responses.API, sessions.API, ui.API)
+"""In routing order: the per-turn API routes first (Starlette tries routes in order); the
+viewer (``/ui``) last, left out with ``--no-ui``."""
 
 
 def api_of(path: str) -> Api:
@@ -45,7 +46,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(gateway: Gateway) -> Starlette:
-    routes = [route for api in APIS for route in api.routes_for(gateway)]
+    routes = [route for api in APIS if api is not ui.API or gateway.config.ui
+              for route in api.routes_for(gateway)]
     routes.append(sessions.API.route(gateway, *sessions.CATCH_ALL))
 
     async def sweep_idle_sessions() -> None:

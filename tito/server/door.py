@@ -7,7 +7,10 @@ A pure ASGI middleware in front of every route, checked in this order:
 2. A request carrying ``Origin`` (a browser) must come from an allowed host: a web page of
    another origin cannot create sessions or post turns — 403 otherwise.
 3. With ``--api-key`` (or ``TITO_API_KEY``), every route but ``GET /health`` needs
-   ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise.
+   ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise; a
+   GET/HEAD to the viewer (``/ui``) may carry it in the ``tito_api_key`` cookie instead,
+   and a browser refused the viewer page gets a form that sets it
+   (:mod:`tito.server.ui.login`).
 4. A request body must be JSON: a non-empty body whose ``content-type`` is not
    ``application/json`` (or ``+json``) is 415, so a cross-site ``text/plain`` form post
    never reaches a route (an empty body may carry any type: some clients label it).
@@ -25,6 +28,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tito.server import openai
+from tito.server.ui import login
 from tito.types.errors import (
     BadRequest,
     Forbidden,
@@ -87,7 +91,10 @@ class Door:
             return
         api = self.api_of(scope["path"])
         status = api.status_of(error)
-        self.gateway.metrics.error(status, error.code)
+        self.gateway.metrics.error(status, error.code, "door")
+        if status == 401 and login.wants_login_page(scope):
+            await login.login_response(scope)(scope, receive, send)
+            return
         await api.error_response(error, status)(scope, receive, send)
 
     def refusal(self, scope: Scope) -> TitoError | None:
@@ -102,7 +109,7 @@ class Door:
             return Forbidden("cross-origin requests are refused (the Origin header names "
                              "another site)", code="cross_origin")
         if self.key is not None and scope["path"] not in _OPEN_PATHS and \
-                not self._authorized(headers):
+                not self._authorized(scope, headers):
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY' "
                                 "(the gateway runs with --api-key)")
         content_type = headers.get(b"content-type")
@@ -115,10 +122,10 @@ class Door:
                     f"{content_type.decode('latin-1')!r}")
         return None
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+    def _authorized(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         assert self.key is not None and self.raw_key is not None
         bearer = headers.get(b"authorization")
         if bearer is not None and hmac.compare_digest(bearer, self.key):
             return True
-        api_key = headers.get(b"x-api-key")
+        api_key = headers.get(b"x-api-key") or login.cookie_key(scope, headers)
         return api_key is not None and hmac.compare_digest(api_key, self.raw_key)

@@ -466,8 +466,8 @@ class Gateway:
     def _samples_payload(self, session: LinearSession, view: _LinearView, limit: int | None,
                          metadata: dict[str, Any] | None, include_response: bool,
                          running: bool) -> bytes:
-        session_meta = self._metadata(session, view.records, view.messages, view.ids,
-                                      view.tools)
+        session_meta = self.path_metadata(session, view.records, view.messages, view.ids,
+                                          view.tools)
         sample_meta = {**(metadata or {}), **session_meta}
         session_meta["turn_in_progress"] = running  # the payload's, not each sample's
         result = assemble(
@@ -524,8 +524,8 @@ class Gateway:
                          ) -> dict[str, Any]:
         """The session's metadata: that of its (active) path; a v2 tree adds ``tree``."""
         if isinstance(session, LinearSession):
-            return self._metadata(session, session.records, session.messages,
-                                  session.snapshot.view(), session.tools)
+            return self.path_metadata(session, session.records, session.messages,
+                                      session.snapshot.view(), session.tools)
         nodes = session.nodes[:] if nodes is None else nodes
         leaf = session.active_leaf if session.active_leaf is not None and \
             session.active_leaf < len(nodes) else (len(nodes) - 1 if nodes else None)
@@ -538,11 +538,14 @@ class Gateway:
         """The metadata of one root→node path of a tree (what v1 reports for its path)."""
         records = [n.record for n in path]
         tools = next((n.tools for n in reversed(path) if n.tools is not None), None)
-        return self._metadata(session, records, path_messages(path), snapshot_ids(records),
-                              tools)
+        return self.path_metadata(session, records, path_messages(path),
+                                  snapshot_ids(records), tools)
 
-    def _metadata(self, session: Session, records: list[TurnRecord], messages: list[Message],
-                  ids: np.ndarray, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    def path_metadata(self, session: Session, records: list[TurnRecord],
+                      messages: list[Message], ids: np.ndarray,
+                      tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The metadata of one path (records, its messages, its ids), mismatch report
+        included: what a sample of it carries."""
         meta: dict[str, Any] = {
             "session_id": session.session_id,
             "session_version": session.version,
