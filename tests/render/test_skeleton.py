@@ -3,6 +3,7 @@ gives, for every family, and are used where they apply."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ FOLDERS = {"chatml": "smollm2", "default": "qwen3", "qwen3": "qwen3"}
 """Fixture folders of the families whose module names none."""
 
 
+@functools.cache
 def renderer_of(family: str) -> TemplateRenderer:
     module = family_module(family)
     folder = getattr(module, "FIXTURE", None) or FOLDERS.get(family)
