@@ -274,7 +274,7 @@ class Gateway:
                 raise BadRequest(f"the prompt has {len(plan.prompt_ids)} tokens, over "
                                  f"--max-prompt-tokens {self.config.max_prompt_tokens}",
                                  code="prompt_too_long")
-            rid = f"{session.session_id}_t{len(session.records):06d}_{uuid.uuid4().hex[:8]}"
+            rid = f"{session.session_id}_t{len(session.records):06d}_{os.urandom(4).hex()}"
             params = await self._sampling(params, len(plan.prompt_ids))
             replay = self._replay(plan)
             if not self._unpaused.is_set():

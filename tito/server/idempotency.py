@@ -40,9 +40,14 @@ class RetryKey:
 
     @classmethod
     def of(cls, request: Request, body: bytes) -> RetryKey:
-        count = request.headers.get("x-stainless-retry-count", "0").strip()
-        return cls(request.headers.get("idempotency-key"),
-                   (len(body), hash((request.url.path, body))),
+        key: str | None = None
+        count = b"0"
+        for name, value in request.scope["headers"]:  # raw ASGI headers: no Headers object
+            if name == b"idempotency-key" and key is None:
+                key = value.decode("latin-1")
+            elif name == b"x-stainless-retry-count":
+                count = value.strip()
+        return cls(key, (len(body), hash((request.scope["path"], body))),
                    count.isdigit() and int(count) > 0)
 
     def repeats(self, other: RetryKey) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import os
 from typing import Any
 
 from tito.render.base import TemplateRenderer
@@ -251,7 +251,7 @@ def message_reply(outcome: TurnOutcome, model: str, stop_sequences: list[str] | 
         stop_reason = "stop_sequence"
     cached = outcome.result.cached_tokens
     return {
-        "id": outcome.response_id or f"msg_{uuid.uuid4().hex}",
+        "id": outcome.response_id or f"msg_{os.urandom(16).hex()}",
         "type": "message", "role": "assistant", "model": model, "content": content,
         "stop_reason": stop_reason, "stop_sequence": stop_sequence,
         "usage": {"input_tokens": outcome.prompt_tokens - cached,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,7 +55,7 @@ async def messages(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     raw, heavy, (req, turn) = await read_turn_body(
         gateway, request, lambda body: decode_messages(body, gateway))
-    response_id = f"msg_{uuid.uuid4().hex}"
+    response_id = f"msg_{os.urandom(16).hex()}"
     model = req.model or gateway.model_name
     if req.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(

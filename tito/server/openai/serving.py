@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -98,7 +98,7 @@ def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
         message["tool_calls"] = cast("list[ToolCallOut]", parsed.tool_calls)
     generated = len(outcome.result.output_ids)
     return {
-        "id": outcome.response_id or f"chatcmpl-{uuid.uuid4().hex}",
+        "id": outcome.response_id or f"chatcmpl-{os.urandom(16).hex()}",
         "object": "chat.completion",
         "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None,
@@ -208,7 +208,7 @@ async def chat_completions(gateway: Gateway, request: Request) -> Response:
     raw, heavy, (data, chat) = await read_turn_body(
         gateway, request, lambda body: decode_chat(body, known, depth))
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
-    response_id = f"chatcmpl-{uuid.uuid4().hex}"
+    response_id = f"chatcmpl-{os.urandom(16).hex()}"
     if chat.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
             gateway, session, turn_request(data, chat), params, heavy=heavy,

@@ -13,7 +13,7 @@ request's messages are that list followed by its own input.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -116,7 +116,7 @@ async def responses(gateway: Gateway, request: Request) -> Response:
         gateway, request, lambda data: decode_responses(data, depth))
     turn = turn_request(gateway, session, body, new)
     params = sampling_params(body, default_max_tokens=gateway.config.default_max_tokens)
-    response_id = f"resp_{uuid.uuid4().hex}"
+    response_id = f"resp_{os.urandom(16).hex()}"
 
     def build(outcome: TurnOutcome) -> ResponseBody:
         if outcome.record is not None:  # committed (not: the session was deleted meanwhile)
