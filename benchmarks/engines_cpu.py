@@ -4,8 +4,10 @@
 For batch sizes 1 and 8: B requests at once, each generating exactly ``--tokens`` tokens
 (greedy, EOS ignored, so both engines do the same work); aggregate tokens/s (total new
 tokens / wall time, prefill included) and the median time to the first token (streamed);
-the best of ``--repeat`` runs per cell. Each engine runs with its default threads (the
-embedded engine: all cores but one; vLLM: its own binding).
+the best of ``--repeat`` runs per cell, the two engines taking turns run by run (both are
+up for the whole measurement, the idle one waiting) so that the machine's busy spells hit
+both alike. Each engine runs with its default threads (the embedded engine: all cores but
+one; vLLM: its own binding).
 Startup: the embedded engine's ``EmbeddedEngine.create()`` (weights cached) against vLLM's
 start until its ``/health`` answers (its compile cache warm after the first start on a
 machine). vLLM runs in the virtualenv of ``scripts/vllm_env.sh`` (made on first use).
@@ -137,26 +139,28 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     embedded_start = time.perf_counter() - started
     engine.stop_token_ids = frozenset()  # EOS ignored: every request does the same work
     sizes = [int(b) for b in args.batches.split(",")]
-    figures: dict[str, Any] = {"startup_s": {"embedded": embedded_start}, "batches": {}}
+    batches = {b: prompt_ids(engine, b) for b in sizes}
+    figures: dict[str, Any] = {"startup_s": {"embedded": embedded_start},
+                               "batches": {b: {} for b in sizes}}
     try:
-        await embedded_batch(engine, prompt_ids(engine, 1), 8)  # warm-up
-        for b in sizes:
-            runs = [await embedded_batch(engine, prompt_ids(engine, b), args.tokens)
-                    for _ in range(args.repeat)]
-            figures["batches"][b] = {"embedded": max(runs)}
-        batches = {b: prompt_ids(engine, b) for b in sizes}
+        proc, url, vllm_start = start_vllm()  # the embedded engine idles meanwhile
+        figures["startup_s"]["vllm"] = vllm_start
+        try:
+            await embedded_batch(engine, batches[sizes[0]], 8)  # warm-ups
+            await vllm_batch(url, batches[sizes[0]], 8)
+            for b in sizes:
+                # The engines take turns, so a busy spell of the machine hits both alike.
+                runs: dict[str, list[tuple[float, float]]] = {"embedded": [], "vllm": []}
+                for _ in range(args.repeat):
+                    runs["embedded"].append(await embedded_batch(engine, batches[b], args.tokens))
+                    runs["vllm"].append(await vllm_batch(url, batches[b], args.tokens))
+                figures["batches"][b] = {name: max(cell) for name, cell in runs.items()}
+                figures["batches"][b]["runs"] = runs
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
     finally:
         await engine.close()
-    proc, url, vllm_start = start_vllm()
-    figures["startup_s"]["vllm"] = vllm_start
-    try:
-        await vllm_batch(url, batches[sizes[0]], 8)  # warm-up
-        for b in sizes:
-            runs = [await vllm_batch(url, batches[b], args.tokens) for _ in range(args.repeat)]
-            figures["batches"][b]["vllm"] = max(runs)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
     return figures
 
 

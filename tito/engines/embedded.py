@@ -33,8 +33,14 @@ from pathlib import Path
 
 import torch
 
+from tito.engines.embedded_head import split_head_available
 from tito.engines.embedded_sampling import GREEDY_EPS, SamplerState
-from tito.engines.embedded_scheduler import BatchScheduler, Request, SchedulerConfig
+from tito.engines.embedded_scheduler import (
+    BatchScheduler,
+    Request,
+    SchedulerConfig,
+    default_threads,
+)
 from tito.engines.embedded_tokenizer import (
     TokenizerMeta,
     load_embedded_tokenizer,
@@ -98,6 +104,8 @@ class EmbeddedEngine:
             running decodes are not stalled for a whole prefill).
         prefix_cache_bytes: budget for finished sequences' KV kept for prefix reuse (0: off).
         num_threads: torch threads of the worker (default: all cores but one, at least 1).
+            With one (and another core), a helper thread at idle priority computes part of
+            the output head whenever that core is idle (see ``embedded_head``).
         linear: matmul backend, ``auto`` | ``onednn`` | ``mkl`` (see ``LlamaModel``).
         weight_version: reported in every result.
     """
@@ -125,7 +133,9 @@ class EmbeddedEngine:
         self._tokenizer: Tokenizer | None = None
         self._gguf_path = gguf_path
         self._cache_root = root
-        self.model, self.weights = load_model(gguf_path, cache_root=root, linear=linear)
+        threads = num_threads or default_threads()
+        self.model, self.weights = load_model(gguf_path, cache_root=root, linear=linear,
+                                              split_head=split_head_available(threads))
         # The model holds what it needs (packed copies); let the rest of the mapped
         # safetensors go so it does not count twice in RSS. reference_model() reloads.
         self.weights.state = {}
@@ -137,7 +147,7 @@ class EmbeddedEngine:
                 max_batch_size=max_batch_size,
                 max_step_tokens=max_step_tokens,
                 prefix_cache_bytes=prefix_cache_bytes,
-                num_threads=num_threads,
+                num_threads=threads,
                 weight_version=weight_version,
             ),
         )
@@ -308,6 +318,7 @@ class EmbeddedEngine:
 
     async def close(self) -> None:
         await asyncio.to_thread(self._scheduler.close)
+        await asyncio.to_thread(self.model.close)  # joins the split head's helper thread
 
     # ---- re-scoring ----------------------------------------------------------------------
     def reference_model(self) -> torch.nn.Module:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from tito.engines.embedded_head import SplitHead
 from tito.types.errors import EngineError
 
 
@@ -86,12 +87,11 @@ class ModelConfig:
 
 @dataclass(slots=True)
 class LayerWeights:
-    """One decoder block, with q/k/v and gate/up fused into single matrices."""
+    """One decoder block, with q/k/v and gate/up fused into single matrices and the RMSNorm
+    weights folded into the matrices that follow them."""
 
-    input_norm: torch.Tensor  # [hidden]
     qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
     o: torch.Tensor  # [hidden, heads * head_dim]
-    post_norm: torch.Tensor  # [hidden]
     gate_up: torch.Tensor  # [2 * intermediate, hidden]
     down: torch.Tensor  # [hidden, intermediate]
 
@@ -99,44 +99,72 @@ class LayerWeights:
 class KVCache:
     """Keys and values of one sequence, all layers, grown by doubling.
 
-    ``k``/``v`` are ``[layers, kv_heads, capacity, head_dim]``; positions ``[0, length)`` are
-    valid. A cache can be truncated (``length`` lowered) and written again.
+    ``kv`` is ``[layers, 2, kv_heads, capacity, head_dim]`` (K then V: one copy writes
+    both; K's head dims in ``LlamaModel._layer``'s paired order); positions ``[0, length)``
+    are valid. A cache can be truncated (``length`` lowered) and written again.
     """
 
-    __slots__ = ("k", "length", "v")
+    __slots__ = ("kv", "length")
 
     def __init__(self, cfg: ModelConfig, capacity: int):
-        shape = (cfg.num_layers, cfg.num_kv_heads, max(capacity, 16), cfg.head_dim)
-        self.k = torch.empty(shape, dtype=torch.float32)
-        self.v = torch.empty(shape, dtype=torch.float32)
+        shape = (cfg.num_layers, 2, cfg.num_kv_heads, max(capacity, 16), cfg.head_dim)
+        self.kv = torch.empty(shape, dtype=torch.float32)
         self.length = 0
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[2]
+        return self.kv.shape[3]
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.k.numel() * 4
+        return self.kv.numel() * 4
 
     def reserve(self, total: int) -> None:
         """Make room for ``total`` positions (copies the valid part when growing)."""
         if total <= self.capacity:
             return
-        cap = max(total, 2 * self.capacity)
-        for name in ("k", "v"):
-            old = getattr(self, name)
-            new = old.new_empty((old.shape[0], old.shape[1], cap, old.shape[3]))
-            new[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, new)
+        old = self.kv
+        shape = list(old.shape)
+        shape[3] = max(total, 2 * self.capacity)
+        self.kv = old.new_empty(shape)
+        self.kv[:, :, :, : self.length] = old[:, :, :, : self.length]
 
     def clone_prefix(self, cfg: ModelConfig, n: int, capacity: int) -> KVCache:
         """A new cache holding a copy of the first ``n`` positions."""
         out = KVCache(cfg, max(capacity, n))
-        out.k[:, :, :n] = self.k[:, :, :n]
-        out.v[:, :, :n] = self.v[:, :, :n]
+        out.kv[:, :, :, :n] = self.kv[:, :, :, :n]
         out.length = n
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where one segment's new tokens sit in a step: rows ``[start, end)`` of the ragged
+    batch, after ``cached`` positions of its cache; ``mask`` is its causal mask (None for a
+    single token)."""
+
+    start: int
+    end: int
+    cached: int
+    mask: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeViews:
+    """A sequence decoding one token this step: its row in the batch, and views of its
+    cache over all layers (taken once per step, indexed per layer)."""
+
+    row: int
+    slot: tuple[torch.Tensor, ...]  # per layer [2, kv, D]: where the new token's K/V go
+    keys_t: tuple[torch.Tensor, ...]  # per layer [kv, D, length + 1]: K transposed
+    values: tuple[torch.Tensor, ...]  # per layer [kv, length + 1, D]
+
+    @classmethod
+    def of(cls, row: int, cache: KVCache) -> DecodeViews:
+        c = cache.length
+        kv = cache.kv[:, :, :, : c + 1]
+        return cls(row, cache.kv[:, :, :, c].unbind(0), kv[:, 0].transpose(-1, -2).unbind(0),
+                   kv[:, 1].unbind(0))
 
 
 @dataclass(slots=True)
@@ -162,6 +190,23 @@ def onednn_available() -> bool:
         return False
 
 
+MIN_ONEDNN_ROWS = 4
+"""oneDNN matmuls get at least this many rows (zero rows pad a smaller batch). On the
+2-core EPYC box its fp32 kernels stream the weights ~15% faster for 4-6 rows than for 1-3
+(or 7-9), and with one row and K=1536 it picks a kernel whose results differ from the
+batched ones by ~1e-5; with 4 rows every row gets the same bits as in any batch."""
+
+
+def onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T`` for a weight prepacked by ``_reorder_linear_weight``, with at least
+    ``MIN_ONEDNN_ROWS`` rows (zero rows pad ``x``; their outputs are dropped)."""
+    rows = x.shape[0]
+    if rows < MIN_ONEDNN_ROWS:
+        padded = F.pad(x, (0, 0, 0, MIN_ONEDNN_ROWS - rows))
+        return torch.ops.mkldnn._linear_pointwise(padded, w, None, "none", [], "")[:rows]
+    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
 class LlamaModel:
     """fp32 llama forward over a ragged batch of sequences, each with its own KV cache.
 
@@ -170,83 +215,102 @@ class LlamaModel:
     sgemm at small batch, and a row's result does not depend on how many rows share the
     matmul (MKL's does, by ~1e-5), so a sequence decodes to the same bits alone or in a
     batch. ``"mkl"`` uses plain ``F.linear``.
+
+    ``split_head`` shares the oneDNN output head with a helper thread that uses an otherwise
+    idle core (see :mod:`tito.engines.embedded_head`); :meth:`close` stops that thread.
     """
 
-    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], linear: str = "auto"):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        linear: str = "auto",
+        split_head: bool = False,
+    ):
         self.cfg = cfg
         if linear == "auto":
             linear = "onednn" if onednn_available() else "mkl"
         if linear not in ("onednn", "mkl"):
             raise ValueError(f"linear must be auto, onednn or mkl, not {linear!r}")
         self.linear_backend = linear
-        self.batch_invariant = True  # see _linear; costs ~2% at batch 1
         # Own copies of everything (.clone()): nothing keeps the memory-mapped safetensors
         # file alive once the caller drops ``state``.
         self.embed = state["model.embed_tokens.weight"].float().clone()
         head = state.get("lm_head.weight")
-        if head is None and linear == "mkl":
-            self.lm_head = self.embed  # tied
+        head = self.embed if head is None else head.float()  # tied, or not
+        self.lm_head: torch.Tensor | SplitHead
+        if linear == "mkl":
+            self.lm_head = head if head is self.embed else head.clone()
+        elif split_head:
+            self.lm_head = SplitHead(head, self._pack, onednn_linear)
         else:
-            self.lm_head = self._pack(self.embed if head is None else head.float())
+            self.lm_head = self._pack(head)
         self.norm = state["model.norm.weight"].float().clone()
-        self.layers: list[LayerWeights] = []
-        for i in range(cfg.num_layers):
-            p = f"model.layers.{i}."
-            self.layers.append(
-                LayerWeights(
-                    input_norm=state[p + "input_layernorm.weight"].float().clone(),
-                    qkv=self._pack(torch.cat(
-                        [state[p + f"self_attn.{n}_proj.weight"] for n in ("q", "k", "v")]
-                    ).float()),
-                    o=self._pack(state[p + "self_attn.o_proj.weight"].float()),
-                    post_norm=state[p + "post_attention_layernorm.weight"].float().clone(),
-                    gate_up=self._pack(torch.cat(
-                        [state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]]
-                    ).float()),
-                    down=self._pack(state[p + "mlp.down_proj.weight"].float()),
-                )
-            )
+        self.layers = [self._layer(state, i) for i in range(cfg.num_layers)]
         inv_freq = 1.0 / (
             cfg.rope_theta
             ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim)
         )
         pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float32)
-        freqs = torch.outer(pos, inv_freq)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        self._cos = emb.cos()
-        self._sin = emb.sin()
-        self._scale = 1.0 / math.sqrt(cfg.head_dim)
+        self._rope_table = torch.polar(torch.ones(()), torch.outer(pos, inv_freq))  # complex
+
+    def _layer(self, state: dict[str, torch.Tensor], i: int) -> LayerWeights:
+        """Layer ``i``'s weights, fused, prepacked and rearranged for ``_hidden``:
+
+        - RMSNorm's weight ``w`` scales the next matrix's columns: ``W (w * x) = (W w) x``;
+        - 1/sqrt(head_dim) scales q's rows (exact for a power of two such as 1/8), so
+          attention needs no scaling op;
+        - q's and k's rows are reordered within each head from HF's halves ``(0..31 | 32..63)``
+          to pairs ``(0, 32), (1, 33), ...``: RoPE is then one complex multiply (as in Meta's
+          reference llama). q and k get the same order, so ``q . k`` is unchanged.
+        """
+        cfg, p = self.cfg, f"model.layers.{i}."
+
+        def w(name: str) -> torch.Tensor:
+            return state[p + name + ".weight"].float()
+
+        pairs = torch.arange(cfg.head_dim).view(2, -1).t().reshape(-1)
+
+        def paired(m: torch.Tensor) -> torch.Tensor:  # [heads * D, hidden], rows reordered
+            return m.view(-1, cfg.head_dim, m.shape[1])[:, pairs].reshape(m.shape)
+
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        qkv = torch.cat([paired(w("self_attn.q_proj") * scale), paired(w("self_attn.k_proj")),
+                         w("self_attn.v_proj")])
+        gate_up = torch.cat([w("mlp.gate_proj"), w("mlp.up_proj")])
+        return LayerWeights(
+            qkv=self._pack(qkv * w("input_layernorm")),
+            o=self._pack(w("self_attn.o_proj")),
+            gate_up=self._pack(gate_up * w("post_attention_layernorm")),
+            down=self._pack(w("mlp.down_proj")),
+        )
 
     def _pack(self, w: torch.Tensor) -> torch.Tensor:
         if self.linear_backend == "onednn":
             return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), 16)
         return w.clone(memory_format=torch.contiguous_format)
 
-    def _linear(
-        self, x: torch.Tensor, w: torch.Tensor, *, pad_single: bool = False
-    ) -> torch.Tensor:
-        if self.linear_backend == "onednn":
-            if pad_single and x.shape[0] == 1 and self.batch_invariant:
-                # For one row and K=1536 oneDNN picks another kernel (results differ by
-                # ~1e-5): run two rows so a lone sequence gets its batched bits exactly.
-                return torch.ops.mkldnn._linear_pointwise(
-                    x.expand(2, -1), w, None, "none", [], ""
-                )[:1]
-            return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-        return F.linear(x, w)
+    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w) if self.linear_backend == "mkl" else onednn_linear(x, w)
+
+    def close(self) -> None:
+        """Stop the split head's helper thread, if any (the model still works)."""
+        if isinstance(self.lm_head, SplitHead):
+            self.lm_head.close()
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.cfg, capacity)
 
-    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return weight * (x * torch.rsqrt(var + self.cfg.rms_norm_eps))
+    def _rms(self, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm without its weight (folded into the next matrix)."""
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.cfg.rms_norm_eps))
 
     @staticmethod
-    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def _rope_(x: torch.Tensor, rot: torch.Tensor) -> None:
+        """RoPE in place on ``x`` ``[N, heads, D]`` (paired dims, see ``_layer``): each pair
+        is a complex number, turned by ``rot`` ``[N, 1, D/2]``."""
+        z = torch.view_as_complex(x.view(*x.shape[:-1], -1, 2))
+        torch.mul(z, rot, out=z)
 
     def forward(self, segments: Sequence[Segment]) -> torch.Tensor:
         """Run one step; returns fp32 logits ``[n_want, vocab]``, one row per segment whose
@@ -255,79 +319,112 @@ class LlamaModel:
         rows = [end - 1 for end, seg in zip(ends, segments, strict=True) if seg.want_logits]
         if not rows:
             return x.new_empty((0, self.cfg.vocab_size))
-        return self._logits(x[torch.tensor(rows, dtype=torch.long)])
+        if len(rows) < x.shape[0]:  # else every segment is one decoded token
+            x = x[torch.tensor(rows, dtype=torch.long)]
+        return self._logits(x)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        h = self._rms(x, self.norm)
+        h = self._rms(x) * self.norm
+        head = self.lm_head
+        if isinstance(head, SplitHead):
+            return head(h)
         if self.linear_backend == "onednn":
-            return self._linear(h, self.lm_head)
+            return onednn_linear(h, head)
         # [V, H] @ [H, B] is markedly faster than [B, H] @ [H, V] with MKL on small B.
-        return (self.lm_head @ h.t()).t()
+        return (head @ h.t()).t()
 
-    def _hidden(self, segments: Sequence[Segment]) -> tuple[torch.Tensor, list[int]]:
-        """Final hidden states (before the last norm) of all new tokens, and each segment's
-        end row."""
-        cfg = self.cfg
+    def _layout(self, segments: Sequence[Segment]) -> tuple[list[int], list[int], list[Span]]:
+        """Token ids and positions of all new tokens, and each segment's span; makes room
+        in the caches."""
         ids: list[int] = []
-        positions: list[torch.Tensor] = []
-        spans: list[tuple[int, int, int]] = []  # (row start, row end, cache start)
+        positions: list[int] = []
+        spans: list[Span] = []
         for seg in segments:
             n = len(seg.token_ids)
             if n == 0:
                 raise ValueError("empty segment")
             start = seg.cache.length
-            if start + n > cfg.max_position_embeddings:
+            if start + n > self.cfg.max_position_embeddings:
                 raise EngineError("sequence longer than the model's context")
             seg.cache.reserve(start + n)
-            spans.append((len(ids), len(ids) + n, start))
+            spans.append(Span(len(ids), len(ids) + n, start, self._mask(n, start)))
             ids.extend(seg.token_ids)
-            positions.append(torch.arange(start, start + n))
-        pos = positions[0] if len(positions) == 1 else torch.cat(positions)
-        cos = self._cos[pos].unsqueeze(1)  # [N, 1, D]
-        sin = self._sin[pos].unsqueeze(1)
+            positions.extend(range(start, start + n))
+        return ids, positions, spans
+
+    def _hidden(self, segments: Sequence[Segment]) -> tuple[torch.Tensor, list[int]]:
+        """Final hidden states (before the last norm) of all new tokens, and each segment's
+        end row."""
+        cfg = self.cfg
+        ids, positions, spans = self._layout(segments)
+        rot = self._rope_table[torch.tensor(positions, dtype=torch.long)].unsqueeze(1)
         x = self.embed[torch.tensor(ids, dtype=torch.long)]  # [N, H]
         n_tok = x.shape[0]
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        group = nh // nkv
-        q_end, k_end = nh * hd, (nh + nkv) * hd
-        masks = [self._mask(e - s, c, group) for s, e, c in spans]
+        q_end, group = nh * hd, nh // nkv
+        attn = x.new_empty((n_tok, q_end))  # each layer's attention output, all tokens
+        decodes = [DecodeViews.of(span.start, seg.cache)
+                   for span, seg in zip(spans, segments, strict=True) if span.end - span.start == 1]
+        prefills = [(span, seg.cache)
+                    for span, seg in zip(spans, segments, strict=True) if span.end - span.start > 1]
         for li, layer in enumerate(self.layers):
-            h = self._rms(x, layer.input_norm)
-            qkv = self._linear(h, layer.qkv)
-            q = self._rope(qkv[:, :q_end].view(n_tok, nh, hd), cos, sin)
-            k = self._rope(qkv[:, q_end:k_end].view(n_tok, nkv, hd), cos, sin)
-            v = qkv[:, k_end:].view(n_tok, nkv, hd)
-            outs = []
-            for (s, e, c), seg, mask in zip(spans, segments, masks, strict=True):
-                n = e - s
-                kc, vc = seg.cache.k[li], seg.cache.v[li]  # [kv, cap, D]
-                kc[:, c : c + n] = k[s:e].transpose(0, 1)
-                vc[:, c : c + n] = v[s:e].transpose(0, 1)
-                # The query heads sharing a kv head become extra query rows: no K/V copy.
-                qs = q[s:e].view(n, nkv, group, hd).permute(1, 2, 0, 3).reshape(nkv, group * n, hd)
-                o = F.scaled_dot_product_attention(
-                    qs[None], kc[None, :, : c + n], vc[None, :, : c + n], attn_mask=mask,
-                    scale=self._scale,
-                )
-                outs.append(o.view(nkv, group, n, hd).permute(2, 0, 1, 3).reshape(n, nh * hd))
-            attn = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + self._linear(attn, layer.o)
-            h = self._rms(x, layer.post_norm)
-            gu = self._linear(h, layer.gate_up)
-            g, u = gu.split(cfg.intermediate_size, dim=-1)
-            x = x + self._linear(F.silu(g) * u, layer.down, pad_single=True)
-        for (s, e, c), seg in zip(spans, segments, strict=True):
-            seg.cache.length = c + (e - s)
-        return x, [e for _, e, _ in spans]
+            qkv = self._linear(self._rms(x), layer.qkv)
+            self._rope_(qkv[:, : q_end + nkv * hd].view(n_tok, nh + nkv, hd), rot)
+            # The query heads sharing a kv head are one group: [N, kv, group, D].
+            q = qkv[:, :q_end].view(n_tok, nkv, group, hd)
+            kv = qkv[:, q_end:].view(n_tok, 2, nkv, hd)
+            if decodes:
+                self._attend_decodes(li, decodes, q, kv, attn.view(n_tok, nkv, group, hd))
+            for span, cache in prefills:
+                self._attend(cache.kv[li], span, q[span.start : span.end],
+                             kv[span.start : span.end], attn[span.start : span.end])
+            x += self._linear(attn, layer.o)
+            gu = self._linear(self._rms(x), layer.gate_up)
+            mlp = F.silu(gu[:, : cfg.intermediate_size]).mul_(gu[:, cfg.intermediate_size :])
+            x += self._linear(mlp, layer.down)
+        for span, seg in zip(spans, segments, strict=True):
+            seg.cache.length = span.cached + (span.end - span.start)
+        return x, [span.end for span in spans]
 
-    def _mask(self, n: int, start: int, group: int) -> torch.Tensor | None:
-        """Causal mask for ``n`` new tokens after ``start`` cached ones (None for a decode)."""
+    @staticmethod
+    def _attend_decodes(
+        li: int, decodes: list[DecodeViews], q: torch.Tensor, kv: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        """Attention of layer ``li`` for the single-token segments: per sequence, store its
+        new K/V and run two small matmuls (cheaper than SDPA's per-call overhead)."""
+        qs, kvs, outs = q.unbind(0), kv.unbind(0), out.unbind(0)
+        for d in decodes:
+            d.slot[li].copy_(kvs[d.row])
+            scores = torch.bmm(qs[d.row], d.keys_t[li])  # [kv, group, length]
+            torch.bmm(scores.softmax(-1), d.values[li], out=outs[d.row])
+
+    @staticmethod
+    def _attend(
+        cache: torch.Tensor, span: Span, q: torch.Tensor, kv: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        """One prefill chunk's attention in one layer: append its new K/V ``kv`` ``[n, 2,
+        kv, D]`` to ``cache`` ``[2, kv, capacity, D]`` and write the causal attention of
+        its (pre-scaled) queries ``q`` ``[n, kv, group, D]`` into ``out`` ``[n, heads * D]``."""
+        n, nkv, group, hd = q.shape
+        c = span.cached
+        cache[:, :, c : c + n] = kv.permute(1, 2, 0, 3)
+        k, v = cache[:, :, : c + n].unbind(0)
+        # The query heads sharing a kv head become extra query rows: no K/V copy.
+        qs = q.permute(1, 2, 0, 3).reshape(nkv, group * n, hd)
+        o = F.scaled_dot_product_attention(qs[None], k[None], v[None], attn_mask=span.mask,
+                                           scale=1.0)
+        out.view(n, nkv, group, hd).copy_(o.view(nkv, group, n, hd).permute(2, 0, 1, 3))
+
+    def _mask(self, n: int, start: int) -> torch.Tensor | None:
+        """Causal mask for ``n`` new tokens after ``start`` cached ones (None for a decode),
+        rows ordered (group, position) as ``_attend`` lays the queries out."""
         if n == 1:
             return None
         qpos = torch.arange(start, start + n)
         kpos = torch.arange(start + n)
         mask = kpos.unsqueeze(0) <= qpos.unsqueeze(1)  # [n, start + n]
-        return mask.repeat(group, 1)  # rows are (group, position)
+        return mask.repeat(self.cfg.num_heads // self.cfg.num_kv_heads, 1)
 
     @torch.inference_mode()
     def score(self, token_ids: Sequence[int]) -> torch.Tensor:

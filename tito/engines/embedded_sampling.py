@@ -103,16 +103,25 @@ def _draw(lp: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> int:
 
 def sample(logits: torch.Tensor, states: list[SamplerState]) -> list[tuple[int, float]]:
     """One ``(token, logprob)`` per row of ``logits`` ``[B, V]``, per the module doc."""
-    out: list[tuple[int, float]] = []
-    for row, state in zip(logits, states, strict=True):
-        z = _apply_penalties(row, state)
-        if state.greedy:
-            tok = int(torch.argmax(z))
-            lp = torch.log_softmax(z, dim=-1)
-            out.append((tok, float(lp[tok])))
-        else:
-            lp = torch.log_softmax(z / state.params.temperature, dim=-1)
-            tok = _draw(lp, state.params, state.generator)
-            out.append((tok, float(lp[tok])))
-        state.observe(tok)
-    return out
+    plain = [i for i, s in enumerate(states) if s.greedy and s.counts is None]
+    done: dict[int, tuple[int, float]] = {}
+    if plain:  # greedy without penalties: one argmax and one log_softmax for all such rows
+        z = logits if len(plain) == len(states) else logits[torch.tensor(plain)]
+        toks = z.argmax(dim=-1, keepdim=True)
+        lps = torch.log_softmax(z, dim=-1).gather(1, toks)
+        done = dict(zip(plain, zip(toks.view(-1).tolist(), lps.view(-1).tolist(),
+                                   strict=True), strict=True))
+    return [done[i] if i in done else _sample_row(row, state)
+            for i, (row, state) in enumerate(zip(logits, states, strict=True))]
+
+
+def _sample_row(row: torch.Tensor, state: SamplerState) -> tuple[int, float]:
+    z = _apply_penalties(row, state)
+    if state.greedy:
+        tok = int(torch.argmax(z))
+        lp = torch.log_softmax(z, dim=-1)
+    else:
+        lp = torch.log_softmax(z / state.params.temperature, dim=-1)
+        tok = _draw(lp, state.params, state.generator)
+    state.observe(tok)
+    return tok, float(lp[tok])

@@ -94,11 +94,12 @@ def load_model(
     *,
     cache_root: Path | None = None,
     linear: str = "auto",
+    split_head: bool = False,
 ) -> tuple[LlamaModel, LoadedWeights]:
-    """Our ragged-batch forward model over the loaded weights (``linear``: see
-    :class:`LlamaModel`)."""
+    """Our ragged-batch forward model over the loaded weights (``linear``, ``split_head``:
+    see :class:`LlamaModel`)."""
     weights = load_weights(gguf_path, cache_root=cache_root)
-    return LlamaModel(weights.cfg, weights.state, linear), weights
+    return LlamaModel(weights.cfg, weights.state, linear, split_head), weights
 
 
 def hf_model(weights: LoadedWeights) -> torch.nn.Module:
