@@ -44,12 +44,14 @@ def _ids_digest(ids: Any) -> str:
 
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every wall clock reads 1e9; every uuid4 is the next of a fixed sequence."""
+    """Every wall clock reads 1e9; every uuid4 and every ``os.urandom`` (the gateway's
+    response and request ids) is the next of one fixed sequence."""
     import time
 
     counter = itertools.count(1)
     monkeypatch.setattr(time, "time", lambda: 1e9)
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))
+    monkeypatch.setattr(os, "urandom", lambda n: next(counter).to_bytes(n, "big"))
 
 
 def make(renderer: TemplateRenderer, qwen3_dir: Path, self_check: dict[str, Any],
