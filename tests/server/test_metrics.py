@@ -173,6 +173,7 @@ def test_labels_are_escaped() -> None:
     assert errors.samples[0].labels == {"status": "400", "code": 'odd"code', "route": "/a\\b"}
 
 
+@pytest.mark.slow  # starts two engines and a gateway of its own
 def test_the_grafana_dashboard_queries_metrics_the_gateway_exports(qwen3_dir: Any) -> None:
     """Every series docs/grafana-dashboard.json queries exists on a live gateway in front
     of two engines (a pool: the per-engine series too), after one turn."""
