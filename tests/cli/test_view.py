@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fakes import FakeEngine
+from scripted import WEATHER_TOOLS
 from support import REPO, start_tito
 
 from tito.cli import main as cli_main
@@ -27,9 +28,7 @@ from tito.server.ui.parquet import ParquetSource
 from tito.server.ui.viewer import viewer_app
 from tito.types.tokenizer import load_tokenizer
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = WEATHER_TOOLS
 CALL = {"role": "assistant", "content": "", "reasoning_content": "Look it up.",
         "tool_calls": [{"id": "call_1", "type": "function", "function": {
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]}

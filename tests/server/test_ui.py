@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fakes import FakeEngine
 from inproc import asgi_client, new_session
+from scripted import WEATHER_TOOLS
 
 from tito.render.base import TemplateRenderer
 from tito.samples import Sample, decode_samples
@@ -23,9 +24,7 @@ from tito.server.ui.views import leaf_states
 
 Message = dict[str, Any]
 KEY = "viewer-key"
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = WEATHER_TOOLS
 CALL = {"role": "assistant", "content": "", "reasoning_content": "I should look it up",
         "tool_calls": [{"id": "call_1", "type": "function", "function": {
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]}

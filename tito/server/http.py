@@ -121,3 +121,18 @@ class _DisconnectWatch:
         self.gone = True
         if self.owner is not None:
             self.owner.cancel()
+
+
+def int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """The integer query parameter ``name`` (``default`` when absent); 400 when it is not
+    an integer in ``[low, high]``."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"query parameter {name} must be in [{low}, {high}], got {value}")
+    return value

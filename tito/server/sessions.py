@@ -12,7 +12,7 @@ from tito.config import PAUSE_MODES
 from tito.server import openai
 from tito.server.api import Api
 from tito.server.gateway import Gateway, tree_view
-from tito.server.http import check_depth, json_response, read_body, read_json
+from tito.server.http import check_depth, int_query, json_response, read_body, read_json
 from tito.session import TreeSession
 from tito.types.errors import BadRequest, NotFound
 
@@ -82,19 +82,6 @@ async def create_session(gateway: Gateway, request: Request) -> Response:
     return json_response({"session_id": session.session_id})
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"query parameter {name} must be in [{low}, {high}], got {value}")
-    return value
-
-
 def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").lower() in ("1", "true", "yes")
 
@@ -102,8 +89,8 @@ def _flag(request: Request, name: str) -> bool:
 async def get_session(gateway: Gateway, request: Request) -> Response:
     """Records (paged: ``offset``, ``limit`` <= 1000) and metadata; ids only on request."""
     session = gateway.session(request.path_params["session_id"])
-    offset = _int_param(request, "offset", 0, 0, 1 << 31)
-    limit = _int_param(request, "limit", 100, 1, MAX_PAGE)
+    offset = int_query(request, "offset", 0, 0, 1 << 31)
+    limit = int_query(request, "limit", 100, 1, MAX_PAGE)
     include_ids = _flag(request, "include_ids")
     page = session.records[offset : offset + limit]
     if include_ids:

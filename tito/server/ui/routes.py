@@ -24,10 +24,10 @@ from typing import Any, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server.http import json_response
+from tito.server.http import int_query, json_response
 from tito.server.ui.model import SessionModel
 from tito.server.ui.strip import DEFAULT_PAGE, MAX_PAGE, page
-from tito.types.errors import BadRequest, NotFound
+from tito.types.errors import NotFound
 
 T = TypeVar("T")
 MAX_LIST = 1000
@@ -63,23 +63,10 @@ def static_bytes(name: str) -> bytes:
     return (resources.files("tito.server.ui") / "static" / name).read_bytes()
 
 
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"query parameter {name} must be in [{low}, {high}], got {value}")
-    return value
-
-
 def _leaf(request: Request) -> int | None:
     if request.query_params.get("leaf") in (None, ""):
         return None
-    return _int(request, "leaf", 0, 0, 1 << 31)
+    return int_query(request, "leaf", 0, 0, 1 << 31)
 
 
 async def index(source: Source, request: Request) -> Response:
@@ -101,8 +88,8 @@ async def source_info(source: Source, request: Request) -> Response:
 
 
 async def sessions(source: Source, request: Request) -> Response:
-    offset = _int(request, "offset", 0, 0, 1 << 31)
-    limit = _int(request, "limit", 200, 1, MAX_LIST)
+    offset = int_query(request, "offset", 0, 0, 1 << 31)
+    limit = int_query(request, "limit", 200, 1, MAX_LIST)
     items = source.sessions()
     end = min(len(items), offset + limit)
     return json_response({
@@ -128,8 +115,8 @@ async def tokens(source: Source, request: Request) -> Response:
     leaf = _leaf(request)
     model.check_node(leaf)
     traj = await source.run(model.trajectory, leaf)
-    offset = _int(request, "offset", 0, 0, len(traj))
-    limit = _int(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+    offset = int_query(request, "offset", 0, 0, len(traj))
+    limit = int_query(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
     return json_response(page(traj, offset, limit))
 
 
