@@ -211,6 +211,9 @@ def report(args: argparse.Namespace, wl: Any, res: dict[str, dict[str, Any]]) ->
     if g.get("server_cpu_ms_per_turn_all"):
         caption += ("\ntito CPU/turn per run (ms): "
                     + ", ".join(f"{v:.3f}" for v in g["server_cpu_ms_per_turn_all"]))
+    if p.get("server_cpu_ms_per_turn_all"):
+        caption += ("\npass-through CPU/turn per run (ms): "
+                    + ", ".join(f"{v:.3f}" for v in p["server_cpu_ms_per_turn_all"]))
     print_table(title, ["", "direct engine", "pass-through", "tito gateway", "tito/pass-through",
                         "tito/direct"], rows, caption)
     if g and d and p:

@@ -1,7 +1,8 @@
 """A minimal pass-through proxy: the floor of any gateway on our HTTP stack.
 
 Same stack as ``tito serve``: Starlette on uvicorn (socket from :func:`tito.net.bind_tcp`,
-so TCP_NODELAY is on), one pooled keep-alive aiohttp client session, orjson. No
+so TCP_NODELAY is on), one pooled keep-alive aiohttp client session, orjson, and the same
+garbage-collector settings (:mod:`tito.heap`). No
 tokenization, no state, no validation: ``POST /generate`` bodies are parsed and
 re-serialized with orjson (a gateway has to read both directions) and forwarded to the
 upstream engine; the reply goes back the same way.
@@ -25,6 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tito.heap import freeze_startup_heap, tune_for_serving
 from tito.net import bind_tcp, url_of
 
 
@@ -67,6 +69,8 @@ def main() -> None:
                                            lifespan="off", timeout_graceful_shutdown=2))
 
     async def serve() -> None:
+        tune_for_serving()  # the collector settings of ``tito serve`` (tito/heap.py)
+        freeze_startup_heap()
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.005)

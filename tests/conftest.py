@@ -3,6 +3,12 @@ every test module). In-process fixtures build the real app over a :class:`FakeEn
 
 from __future__ import annotations
 
+import os
+
+# every response body the gateway sends in a test is validated against its declared type
+# (tito.server.openai.models.Wire); set before tito is imported, inherited by subprocesses
+os.environ["TITO_CHECK_WIRE"] = "1"
+
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any

@@ -9,7 +9,7 @@ Bottom to top::
     parse -> render             completion parsers; renderers (a family wires its parser)
     samples                     assembly + codec
     session                     v1 sessions, matchers, store
-    config, net, launch         gateway settings; sockets/uvicorn; child processes
+    config, net, launch, heap   gateway settings; sockets/uvicorn; child processes; GC settings
     engines                     SGLang client, embedded engine, mock engine
     server                      gateway service, API modules (never a concrete engine)
     client                      tracer, agent contract, rollout driver (only samples, types)
@@ -39,6 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"types"},
     "net": set(),
     "launch": set(),
+    "heap": set(),
     "engines": {"render", "parse", "types", "net"},
     "server": {"session", "samples", "render", "parse", "types", "config"},
     "client": {"samples", "types"},
@@ -47,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"client", "stack", "samples", "types", "config"},
     "examples": {"client", "stack", "samples", "render", "types", "config"},
     "cli": {"cluster", "stack", "examples", "client", "engines", "server", "session", "samples",
-            "render", "parse", "types", "config", "net", "launch"},
+            "render", "parse", "types", "config", "net", "launch", "heap"},
     "__init__": {"client", "samples"},
 }
 

@@ -10,10 +10,11 @@ import sys
 from typing import Any
 
 from tito.config import ServerConfig
+from tito.heap import freeze_startup_heap, tune_for_serving
 from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
-from tito.stack import default_family, start_stack
+from tito.stack import Stack, default_family, start_stack
 from tito.types.errors import ConfigError, TitoError
 
 
@@ -200,6 +201,8 @@ async def serve(config: ServerConfig) -> int:
     itself (so its own configuration errors come first) and stops them when it stops; a
     worker whose parent is gone stops too."""
     stack = await start_stack(config, handle_signals=True)
+    tune_for_serving()
+    settle = asyncio.create_task(_freeze_when_built(stack))
     workers: list[ServerProcess] = []
     watch: asyncio.Task[None] | None = None
     try:
@@ -212,12 +215,22 @@ async def serve(config: ServerConfig) -> int:
         print(f"tito serve listening on {stack.url}{also}", flush=True)
         await stack.server.wait()
     finally:
+        settle.cancel()
         if watch is not None:
             watch.cancel()
         await stack.close()
         for worker in workers:
             await asyncio.to_thread(worker.stop)
     return 0
+
+
+async def _freeze_when_built(stack: Stack) -> None:
+    """Freeze the startup heap (:mod:`tito.heap`) once it is complete: after the fast
+    encoder's tables, built in a background thread, are there."""
+    thread = stack.gateway.renderer.tokenizer.start_fast_encoder()
+    if thread is not None:
+        await asyncio.to_thread(thread.join)
+    freeze_startup_heap()
 
 
 async def _stop_when_orphaned(server: Any) -> None:

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import numpy as np
 import orjson
 from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
@@ -33,6 +34,7 @@ from aiohttp.tracing import Trace
 
 from tito.types.engine import (
     LOGPROB_TOLERANCE,
+    CheckedOutput,
     FinishReason,
     GenerateResult,
     PauseMode,
@@ -41,9 +43,11 @@ from tito.types.engine import (
     StreamChunk,
     TokenIds,
     WeightSpan,
+    compact_logprobs,
 )
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
 from tito.types.placement import session_of
+from tito.types.records import IDS_DTYPE
 
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -326,9 +330,10 @@ def parse_generate_response(data: Any, *, rid: str,
     meta = reply.meta(data)
     kind, matched = reply.finish(meta)
     output_ids = reply.output_ids(data)
+    logprobs = reply.logprobs(meta, output_ids)
     return GenerateResult(
         output_ids=output_ids,
-        logprobs=reply.logprobs(meta, output_ids),
+        logprobs=logprobs,
         finish_reason=kind,
         matched_stop=matched,
         prompt_tokens=reply.count(meta, "prompt_tokens"),
@@ -340,6 +345,8 @@ def parse_generate_response(data: Any, *, rid: str,
         indexer_topk_num_layers=reply.optional_count(meta, "indexer_topk_num_layers"),
         e2e_latency=reply.e2e_latency(meta),
         finish_message=reply.finish_message(meta),
+        checked=CheckedOutput(np.array(output_ids, dtype=IDS_DTYPE),
+                              compact_logprobs(logprobs)),
     )
 
 

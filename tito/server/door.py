@@ -80,6 +80,17 @@ class Door:
         self.any_host = "*" in self.hosts
         self.key = f"Bearer {config.api_key}".encode() if config.api_key else None
         self.raw_key = config.api_key.encode() if config.api_key else None
+        self._host_allowed: dict[bytes, bool] = {}
+        """``Host`` header -> allowed (a client sends the same one every time)."""
+
+    def _allowed_host(self, host: bytes) -> bool:
+        allowed = self._host_allowed.get(host)
+        if allowed is None:
+            allowed = _host_name(host.decode("latin-1")) in self.hosts
+            if len(self._host_allowed) >= 256:  # bounded: Host is the client's to choose
+                self._host_allowed.clear()
+            self._host_allowed[host] = allowed
+        return allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,10 +110,10 @@ class Door:
 
     def refusal(self, scope: Scope) -> TitoError | None:
         headers = dict(scope["headers"])
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not self.any_host and _host_name(host) not in self.hosts:
-            return BadRequest(f"host {host!r} is not allowed (--allowed-hosts)",
-                              code="host_not_allowed")
+        host = headers.get(b"host", b"")
+        if not self.any_host and not self._allowed_host(host):
+            return BadRequest(f"host {host.decode('latin-1')!r} is not allowed "
+                              "(--allowed-hosts)", code="host_not_allowed")
         origin = headers.get(b"origin")
         if origin is not None and not self.any_host and \
                 _host_name(urlsplit(origin.decode("latin-1")).netloc) not in self.hosts:

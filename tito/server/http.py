@@ -4,6 +4,8 @@ noticing a client that went away while its turn runs."""
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -76,20 +78,23 @@ nobody receives it."""
 
 
 WATCH_AFTER = 0.05
-"""Seconds a turn runs before its connection is watched for a disconnect: a turn that
-answers sooner costs one timer, not a task (turns that can outlive an SDK timeout are the
-long ones)."""
+"""Seconds a turn runs before its connection is watched for a disconnect (a turn that
+answers sooner costs two dict operations, not a timer and a task: turns that can outlive
+an SDK timeout are the long ones)."""
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise
     :class:`ClientDisconnect` (the work's own cancellation cleanup has run by then).
 
-    After :data:`WATCH_AFTER` seconds a watcher task reads the ASGI channel, which after
-    the body yields only ``http.disconnect`` — sent when the client's connection closes.
+    Once the turn has run :data:`WATCH_AFTER` seconds (up to 1.5 times that: one timer per
+    event loop checks every turn in flight), a watcher task reads the ASGI channel, which
+    after the body yields only ``http.disconnect`` — sent when the client's connection
+    closes.
     """
     watch = _DisconnectWatch(request)
-    timer = asyncio.get_running_loop().call_later(WATCH_AFTER, watch.start)
+    pending = _pending_watches()
+    pending.add(watch)
     try:
         return await work
     except asyncio.CancelledError:
@@ -97,16 +102,19 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
             raise ClientDisconnect() from None
         raise
     finally:
-        timer.cancel()
+        pending.discard(watch)
         watch.stop()
 
 
 class _DisconnectWatch:
+    __slots__ = ("gone", "owner", "request", "since", "task")
+
     def __init__(self, request: Request) -> None:
         self.request = request
         self.owner = asyncio.current_task()
         self.task: asyncio.Task[None] | None = None
         self.gone = False
+        self.since = time.monotonic()
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._watch())
@@ -121,6 +129,49 @@ class _DisconnectWatch:
         self.gone = True
         if self.owner is not None:
             self.owner.cancel()
+
+
+class _PendingWatches:
+    """The unstarted watches of one event loop, oldest first; while there are any, one
+    timer every half :data:`WATCH_AFTER` starts those that are due."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.watches: dict[_DisconnectWatch, None] = {}  # insertion order = age order
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, watch: _DisconnectWatch) -> None:
+        self.watches[watch] = None
+        if self.timer is None:
+            self.timer = self.loop.call_later(WATCH_AFTER / 2, self._sweep)
+
+    def discard(self, watch: _DisconnectWatch) -> None:
+        self.watches.pop(watch, None)
+
+    def _sweep(self) -> None:
+        due = time.monotonic() - WATCH_AFTER
+        started = []
+        for watch in self.watches:
+            if watch.since > due:
+                break
+            started.append(watch)
+        for watch in started:
+            del self.watches[watch]
+            watch.start()
+        self.timer = self.loop.call_later(WATCH_AFTER / 2, self._sweep) \
+            if self.watches else None
+
+
+_PENDING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _PendingWatches] = \
+    weakref.WeakKeyDictionary()
+
+
+def _pending_watches() -> _PendingWatches:
+    loop = asyncio.get_running_loop()
+    pending = _PENDING.get(loop)
+    if pending is None:
+        pending = _PENDING[loop] = _PendingWatches(loop)
+    return pending
 
 
 def int_query(request: Request, name: str, default: int, low: int, high: int) -> int:

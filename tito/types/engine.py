@@ -83,6 +83,10 @@ class GenerateResult:
     finish_message: str | None = None
     """Why the engine aborted the request (``finish_reason`` ``abort``), when it says."""
     extra: dict[str, object] = field(default_factory=dict)
+    checked: CheckedOutput | None = None
+    """Set by an engine client that already checked ``output_ids`` (integers >= 0) and
+    ``logprobs`` (finite, <= 0) while parsing the reply: :func:`check_output` then only
+    checks the vocabulary bound instead of walking both lists again."""
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.logprobs):
@@ -210,6 +214,11 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
     failing check walks the entries to name the culprit.
     """
     ids, logprobs = result.output_ids, result.logprobs
+    checked = result.checked
+    if checked is not None and len(checked.ids) == len(ids):
+        if ids and max(ids) >= vocab_size:
+            raise _protocol(_first_bad_id(ids, vocab_size))
+        return checked
     if not _ids_ok(ids, vocab_size):
         raise _protocol(_first_bad_id(ids, vocab_size))
     if not _logprobs_ok(logprobs):
@@ -220,6 +229,9 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
 
 def compact_logprobs(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """``values`` as float32 when that round-trips every value exactly, else float64."""
+    if isinstance(values, list):  # the common case: a reply's floats (list equality is C)
+        narrow = np.array(values, dtype=LOGPROB_DTYPE)
+        return narrow if narrow.tolist() == values else np.array(values, dtype=np.float64)
     wide = np.asarray(values, dtype=np.float64)
     narrow = wide.astype(LOGPROB_DTYPE)
     return narrow if np.array_equal(narrow, wide) else wide
