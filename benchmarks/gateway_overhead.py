@@ -214,6 +214,12 @@ def report(args: argparse.Namespace, wl: Any, res: dict[str, dict[str, Any]]) ->
     if p.get("server_cpu_ms_per_turn_all"):
         caption += ("\npass-through CPU/turn per run (ms): "
                     + ", ".join(f"{v:.3f}" for v in p["server_cpu_ms_per_turn_all"]))
+    paired = paired_cpu_ratios(p, g)
+    if paired:
+        caption += ("\ntito/pass-through CPU per turn, run by run (each gateway run over the "
+                    "pass-through run just before it): "
+                    + ", ".join(f"{v:.2f}" for v in paired)
+                    + f"; median {median(paired):.2f}x")
     print_table(title, ["", "direct engine", "pass-through", "tito gateway", "tito/pass-through",
                         "tito/direct"], rows, caption)
     if g and d and p:
@@ -229,6 +235,15 @@ def report(args: argparse.Namespace, wl: Any, res: dict[str, dict[str, Any]]) ->
     for mode in MODES:
         for err in res.get(mode, {}).get("errors", []):
             print(f"ERROR {mode}: {err}", file=sys.stderr)
+
+
+def paired_cpu_ratios(p: dict[str, Any], g: dict[str, Any]) -> list[float]:
+    """Gateway CPU per turn over the pass-through's, run by run: the runs alternate, so each
+    pair shared the machine's state of that moment (its speed drifts by tens of percent
+    over minutes on a small VM), which the ratio of the two medians does not cancel."""
+    pairs = zip(p.get("server_cpu_ms_per_turn_all") or [],
+                g.get("server_cpu_ms_per_turn_all") or [], strict=False)
+    return [gv / pv for pv, gv in pairs if pv]
 
 
 def _ok(flag: bool) -> str:
@@ -373,7 +388,9 @@ def write_json(path: Path, args: argparse.Namespace, wl: Any,
                      "input_tokens": wl.content_tokens, "output_tokens": wl.output_tokens,
                      "append_role": wl.append_role, "latency_ms": args.latency_ms,
                      "token_latency_ms": args.token_latency_ms},
-        "results": results}, indent=2))
+        "results": results,
+        "cpu_ratio_paired": paired_cpu_ratios(results.get("passthrough", {}),
+                                              results.get("gateway", {}))}, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

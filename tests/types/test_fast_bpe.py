@@ -1,7 +1,9 @@
 """The fast encoder is used only where it gives the original tokenizer's ids: random texts
 (scripts, whitespace, contractions, emoji, added tokens) on every eligible fixture, and a
-tampered vocabulary that the equivalence check must refuse. (Slow tier: each build costs
-0.3–1 s of CPU.)"""
+tampered vocabulary that the equivalence check must refuse. The fast decoder gives the
+original's text for random id runs (UTF-8 split across tokens, added tokens, ids outside
+the vocabulary), skipping special tokens or not. (Slow tier: each build costs 0.3–1 s of
+CPU.)"""
 
 from __future__ import annotations
 
@@ -14,17 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import tokenizer_dir
 
-from tito.types.fast_bpe import fast_encoder
+from tito.types.fast_bpe import FastCodec, fast_codec
 from tito.types.tokenizer import load_tokenizer
 
 ELIGIBLE = ["qwen3", "llama-3.1", "gpt-oss"]
-_CACHE: dict[str, tuple[tokenizers.Tokenizer, object]] = {}
+_CACHE: dict[str, tuple[tokenizers.Tokenizer, FastCodec | None]] = {}
 
 
-def pair(name: str) -> tuple[tokenizers.Tokenizer, object]:
+def pair(name: str) -> tuple[tokenizers.Tokenizer, FastCodec | None]:
     if name not in _CACHE:
         backend = tokenizers.Tokenizer.from_file(str(tokenizer_dir(name) / "tokenizer.json"))
-        _CACHE[name] = (backend, fast_encoder(backend))
+        _CACHE[name] = (backend, fast_codec(backend))
     return _CACHE[name]
 
 
@@ -42,7 +44,22 @@ def test_fast_ids_equal_the_original(name: str, text: str) -> None:
     """300 random texts per fixture."""
     backend, fast = pair(name)
     assert fast is not None
-    assert fast(text) == backend.encode(text, add_special_tokens=False).ids  # type: ignore[operator]
+    assert fast.encode(text) == backend.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ELIGIBLE)
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_fast_text_equals_the_original(name: str, data: st.DataObject) -> None:
+    """300 random id runs per fixture: any id of the vocabulary (so byte tokens that cut
+    UTF-8 sequences, and added tokens), sometimes one past it."""
+    backend, fast = pair(name)
+    assert fast is not None and fast.decode is not None
+    size = backend.get_vocab_size(with_added_tokens=True)
+    ids = data.draw(st.lists(st.integers(0, size), max_size=16))
+    for skip in (False, True):
+        assert fast.decode(ids, skip) == backend.decode(ids, skip_special_tokens=skip)
 
 
 def test_other_model_shapes_keep_the_original() -> None:
@@ -55,7 +72,7 @@ def test_a_vocabulary_that_differs_is_refused(tmp_path: Path) -> None:
     config = json.loads((tokenizer_dir("qwen3") / "tokenizer.json").read_text())
     config["model"]["merges"] = config["model"]["merges"][1:]  # one merge fewer
     backend = tokenizers.Tokenizer.from_str(json.dumps(config))
-    assert fast_encoder(backend) is None
+    assert fast_codec(backend) is None
 
 
 @pytest.mark.slow
@@ -65,8 +82,11 @@ def test_the_tokenizer_switches_once_ready(monkeypatch: pytest.MonkeyPatch) -> N
     thread = tok.start_fast_encoder()
     assert thread is not None
     thread.join()
-    assert tok.fast is not None and tok.fast_state == "ready"
+    assert tok.fast is not None and tok.fast_decode is not None and tok.fast_state == "ready"
     text = "<|im_start|>user\nhello there<|im_end|>\n"
     assert tok.encode(text) == tok.backend.encode(text, add_special_tokens=False).ids
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.decode(ids, skip_special_tokens=True) == "user\nhello there\n"
     monkeypatch.setenv("TITO_FAST_BPE", "0")
     assert load_tokenizer(tokenizer_dir("qwen3")).start_fast_encoder() is None

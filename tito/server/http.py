@@ -24,18 +24,31 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (413) without buffering it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit}")
+    """The request body, refusing more than ``limit`` bytes (413) without buffering it all;
+    :class:`ClientDisconnect` if the client goes away first.
+
+    Read from the ASGI channel directly (Starlette's ``request.stream()`` adds an async
+    generator per request); nothing reads the body twice."""
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            if value.isdigit() and int(value) > limit:
+                raise PayloadTooLarge(f"request body of {value.decode()} bytes exceeds the "
+                                      f"limit of {limit}")
+            break
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def read_json(request: Request, limit: int, *, allow_empty: bool = False) -> Any:

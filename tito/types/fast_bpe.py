@@ -10,7 +10,12 @@ normalizer, added tokens matched verbatim) and checks it equivalent before it is
 must give the same ids as the original on a fixed corpus (scripts, digits, whitespace
 runs, case-folded contractions, combining marks, emoji, every added token). Anything
 else — another model shape, ``tiktoken`` missing, one differing id — returns None and the
-original encoder is kept. Decoding is unchanged.
+original encoder is kept.
+
+Decoding (parsing every completion) goes the same way when the decoder is ``ByteLevel``:
+the tokens' bytes from ``tiktoken``, then UTF-8 with replacement characters, checked
+against the original on the corpus' ids and on random id runs that split UTF-8
+sequences; 2.6 against 7.8 µs for 57 Qwen3 tokens.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from __future__ import annotations
 import logging
 import random
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,6 +32,8 @@ import orjson
 log = logging.getLogger("tito.tokenizer")
 
 Encode = Callable[[str], list[int]]
+Decode = Callable[[Sequence[int], bool], str]
+"""(ids, skip_special_tokens) -> text."""
 
 GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 _NORMALIZERS = (None, "NFC")
@@ -140,10 +148,20 @@ def _corpus(added: list[str]) -> list[str]:
     return texts
 
 
-def fast_encoder(backend: Any, source: bytes | None = None) -> Encode | None:
-    """A ``tiktoken`` encoder equivalent to ``backend`` (a ``tokenizers.Tokenizer``, loaded
-    from the ``tokenizer.json`` bytes ``source`` when known) on every text of the check
-    corpus; None when it cannot be built or is not equivalent."""
+@dataclass(frozen=True)
+class FastCodec:
+    """``encode`` is equivalent to the original's; ``decode`` (None: keep the original's)
+    too, on the check corpus."""
+
+    encode: Encode
+    decode: Decode | None
+
+
+def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
+    """A ``tiktoken`` encoder (and decoder) equivalent to ``backend`` (a
+    ``tokenizers.Tokenizer``, loaded from the ``tokenizer.json`` bytes ``source`` when
+    known) on every text of the check corpus; None when it cannot be built or is not
+    equivalent."""
     try:
         import tiktoken
     except ImportError:
@@ -151,6 +169,7 @@ def fast_encoder(backend: Any, source: bytes | None = None) -> Encode | None:
     try:
         pattern = _pattern(_state(backend.pre_tokenizer) or {})
         normalizer = _normalizer(_state(backend.normalizer))
+        decoder = _state(backend.decoder) or {}
     except Exception:  # a component without a serializable state: keep the original
         return None
     tokens = backend.get_added_tokens_decoder()
@@ -174,8 +193,56 @@ def fast_encoder(backend: Any, source: bytes | None = None) -> Encode | None:
             text = unicodedata.normalize("NFC", text)
         return encoding.encode(text, allowed_special=specials)
 
-    for text in _corpus(list(added)):
+    corpus = _corpus(list(added))
+    for text in corpus:
         if encode(text) != backend.encode(text, add_special_tokens=False).ids:
             log.debug("no fast encoder: differs on %r", text)
             return None
-    return encode
+    return FastCodec(encode, _checked_decoder(encoding, backend, decoder, encode, corpus))
+
+
+def _checked_decoder(encoding: Any, backend: Any, decoder: dict[str, Any], encode: Encode,
+                     corpus: list[str]) -> Decode | None:
+    """The fast decoder when ``backend``'s decoder is ``ByteLevel`` and it decodes alike."""
+    if decoder.get("type") != "ByteLevel":
+        return None
+    special = frozenset(idx for idx, t in backend.get_added_tokens_decoder().items()
+                        if t.special)
+    decode = _decoder(encoding, backend, special)
+    return decode if _decodes_alike(decode, backend, encode, corpus) else None
+
+
+def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode:
+    """Byte-level decoding: the tokens' bytes joined, then UTF-8 with U+FFFD for invalid
+    sequences (as ``tokenizers``' ByteLevel decoder does); ``skip_special``: without the
+    special added tokens. Ids ``tiktoken`` does not know (outside the vocabulary) are
+    decoded by the original."""
+
+    def decode(ids: Sequence[int], skip_special: bool) -> str:
+        seq = ids.tolist() if hasattr(ids, "tolist") else ids
+        if skip_special:
+            seq = [i for i in seq if i not in special_ids]
+        try:
+            raw = encoding.decode_bytes(seq)
+        except Exception:
+            return str(backend.decode(list(ids), skip_special_tokens=skip_special))
+        return raw.decode("utf-8", errors="replace")
+
+    return decode
+
+
+def _decodes_alike(decode: Decode, backend: Any, encode: Encode, corpus: list[str]) -> bool:
+    """The fast decoder gives the original's text for the corpus' ids and for random id
+    runs (byte tokens that split UTF-8 sequences, added tokens), skipping special tokens
+    or not."""
+    rng = random.Random(1)
+    size = backend.get_vocab_size(with_added_tokens=True)
+    runs = [encode(text) for text in corpus]
+    runs += [[rng.randrange(size) for _ in range(rng.randint(1, 8))] for _ in range(1500)]
+    runs += [[idx] for idx in backend.get_added_tokens_decoder()]
+    for ids in runs:
+        for skip in (False, True):
+            if decode(ids, skip) != backend.decode(ids, skip_special_tokens=skip):
+                log.debug("no fast decoder: differs on %r (skip_special=%s)", ids, skip)
+                return False
+    return True

@@ -24,7 +24,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
 from tito.types.errors import ConfigError
-from tito.types.fast_bpe import Encode, fast_encoder
+from tito.types.fast_bpe import Decode, Encode, fast_codec
 
 log = logging.getLogger("tito.tokenizer")
 
@@ -40,6 +40,8 @@ class Tokenizer:
     special_ids: frozenset[int] = field(default_factory=frozenset)
     fast: Encode | None = field(default=None, repr=False, compare=False)
     """An equivalent, faster encoder (:mod:`tito.types.fast_bpe`), once built."""
+    fast_decode: Decode | None = field(default=None, repr=False, compare=False)
+    """An equivalent, faster decoder, built with :attr:`fast` (when it checks out too)."""
     source: Path | None = field(default=None, repr=False, compare=False)
     """The ``tokenizer.json`` the backend was loaded from, if any."""
     _fast_thread: threading.Thread | None = field(default=None, init=False, repr=False,
@@ -58,7 +60,10 @@ class Tokenizer:
         def build() -> None:
             try:
                 source = self.source.read_bytes() if self.source is not None else None
-                self.fast = fast_encoder(self.backend, source)
+                codec = fast_codec(self.backend, source)
+                if codec is not None:
+                    self.fast_decode = codec.decode
+                    self.fast = codec.encode
             except Exception:  # never worse than the original encoder
                 log.warning("fast encoder for %r not built", self.name, exc_info=True)
 
@@ -96,6 +101,9 @@ class Tokenizer:
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        fast = self.fast_decode
+        if fast is not None:
+            return fast(ids, skip_special_tokens)
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int | None:

@@ -55,12 +55,11 @@ so far, whichever is more)."""
 # -- request -> core ---------------------------------------------------------------------
 def session_messages(data: dict[str, Any]) -> list[Message]:
     """The client's messages as sent, with ``developer`` read as ``system``."""
-    out = []
-    for message in data["messages"]:
-        if message.get("role") == "developer":
-            message = {**message, "role": "system"}
-        out.append(message)
-    return out
+    messages: list[Message] = data["messages"]
+    if not any(m.get("role") == "developer" for m in messages):
+        return messages
+    return [{**m, "role": "system"} if m.get("role") == "developer" else m
+            for m in messages]
 
 
 def turn_request(data: dict[str, Any], chat: ChatCompletionRequest) -> TurnRequest:
