@@ -219,13 +219,12 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
     decoded by the original."""
 
     def decode(ids: Sequence[int], skip_special: bool) -> str:
-        seq = ids.tolist() if hasattr(ids, "tolist") else ids
-        if skip_special:
-            seq = [i for i in seq if i not in special_ids]
+        seq = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        kept = [i for i in seq if i not in special_ids] if skip_special else seq
         try:
-            raw = encoding.decode_bytes(seq)
+            raw = encoding.decode_bytes(kept)
         except Exception:
-            return str(backend.decode(list(ids), skip_special_tokens=skip_special))
+            return str(backend.decode(seq, skip_special_tokens=skip_special))
         return raw.decode("utf-8", errors="replace")
 
     return decode
