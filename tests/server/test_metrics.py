@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fakes import FakeEngine
 from inproc import asgi_client
@@ -17,7 +18,7 @@ from support import Proc, new_session
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
-from tito.server.metrics import Histogram, Metrics
+from tito.server.metrics import FOLD_EVERY, Histogram, Metrics
 from tito.types.engine import GenerateResult
 
 parser = pytest.importorskip("prometheus_client.parser",
@@ -156,13 +157,27 @@ def test_errors_by_code_and_route(stack: tuple[Proc, Proc]) -> None:
 
 def test_histogram_buckets_are_cumulative_and_le_inclusive() -> None:
     h = Histogram("x_seconds", "help", (0.1, 1.0))
-    for v in (0.1, 0.5, 1.0, 3.0):
-        h.observe(v)
+    h.observe_many(np.array([0.1, 0.5]))
+    h.observe_many(np.array([1.0, 3.0]))
     text = "\n".join(h.render()) + "\n"
     family = next(parser.text_string_to_metric_families(text))
     got = {s.labels.get("le"): s.value for s in family.samples if s.name == "x_seconds_bucket"}
     assert got == {"0.1": 1, "1.0": 3, "+Inf": 4}
     assert h.total == pytest.approx(4.6) and h.count == 4
+
+
+def test_turns_are_binned_before_every_render() -> None:
+    """Turns wait in rows until FOLD_EVERY of them or a render: none is lost either way."""
+    m = Metrics()
+    for i in range(FOLD_EVERY + 3):
+        m.turn(latency=0.002, engine=0.001, overhead=0.001, prompt=i % 2 * 100, bridge=10,
+               generated=64, cached=50)
+    families = {f.name: f for f in parser.text_string_to_metric_families(m.render({}))}
+    count = {s.name: s.value for s in families["tito_turn_latency_seconds"].samples}
+    assert count["tito_turn_latency_seconds_count"] == FOLD_EVERY + 3
+    hits = {s.name: s.value for s in families["tito_prefix_cache_hit_ratio"].samples}
+    assert hits["tito_prefix_cache_hit_ratio_count"] == (FOLD_EVERY + 3) // 2  # prompt 0: none
+    assert hits["tito_prefix_cache_hit_ratio_sum"] == pytest.approx(0.5 * ((FOLD_EVERY + 3) // 2))
 
 
 def test_labels_are_escaped() -> None:

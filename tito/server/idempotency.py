@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
+from xxhash import xxh3_128_intdigest
 
 from tito.session import Session
 from tito.types.errors import ErrorKind, TitoError
@@ -32,9 +33,10 @@ class KeyReused(TitoError):
 class RetryKey:
     key: str | None
     """The ``Idempotency-Key`` header, if any."""
-    digest: tuple[int, int]
-    """Length and hash of the route and the request body (Python's keyed 64-bit SipHash: a
-    few µs for a long history, where a cryptographic hash costs tens)."""
+    digest: tuple[int, str, int]
+    """Length of the request body, the route, and the body's 128-bit xxh3 hash (0.4 µs for
+    15 KB, where Python's SipHash takes 3.7 and a cryptographic hash tens; a client can only
+    collide its own session's requests)."""
     sdk_retry: bool
     """``x-stainless-retry-count`` > 0: the SDK repeats a request it got no answer to."""
 
@@ -47,7 +49,7 @@ class RetryKey:
                 key = value.decode("latin-1")
             elif name == b"x-stainless-retry-count":
                 count = value.strip()
-        return cls(key, (len(body), hash((request.scope["path"], body))),
+        return cls(key, (len(body), request.scope["path"], xxh3_128_intdigest(body)),
                    count.isdigit() and int(count) > 0)
 
     def repeats(self, other: RetryKey) -> bool:
