@@ -88,3 +88,49 @@ async def test_disconnect_during_upload_is_not_a_server_error(
             await asyncio.sleep(0.01)
         assert "tito_client_disconnects_total 1" in metrics
         assert 'status="500"' not in metrics
+
+
+async def test_one_hang_up_among_several_turns_aborts_only_its_own(
+        served: tuple[Gateway, str]) -> None:
+    """Turns in flight share one watch timer per event loop: the client that hangs up gets
+    its engine request aborted; the two others, held past the watch delay, still answer."""
+    gateway, url = served
+    engine = gateway.engine
+    assert isinstance(engine, FakeEngine)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        sids = [(await http.post("/sessions")).json()["session_id"] for _ in range(3)]
+        engine.gate = asyncio.Event()
+        kept = [asyncio.create_task(http.post(f"/sessions/{sid}/v1/chat/completions",
+                                              json=body)) for sid in sids[1:]]
+        await asyncio.to_thread(send_and_hang_up, url,
+                                f"/sessions/{sids[0]}/v1/chat/completions", body)
+        for _ in range(500):
+            if engine.aborted:
+                break
+            await asyncio.sleep(0.01)
+        assert [rid.startswith(sids[0]) for rid in engine.aborted] == [True]
+        engine.gate.set()
+        replies = await asyncio.gather(*kept)
+        assert [r.status_code for r in replies] == [200, 200]
+        assert len(engine.aborted) == 1
+
+
+def test_the_watch_timers_do_not_keep_closed_loops_alive() -> None:
+    import gc
+    import weakref
+
+    from tito.server import http
+
+    async def watch_once() -> None:
+        http._pending_watches()
+
+    refs = []
+    for _ in range(3):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(watch_once())
+        refs.append(weakref.ref(loop))
+        loop.close()
+        del loop
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

@@ -148,15 +148,15 @@ class _PendingWatches:
     """The unstarted watches of one event loop, oldest first; while there are any, one
     timer every half :data:`WATCH_AFTER` starts those that are due."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
+        # no reference to the loop: it is the weak key of this object in _PENDING
         self.watches: dict[_DisconnectWatch, None] = {}  # insertion order = age order
         self.timer: asyncio.TimerHandle | None = None
 
     def add(self, watch: _DisconnectWatch) -> None:
         self.watches[watch] = None
         if self.timer is None:
-            self.timer = self.loop.call_later(WATCH_AFTER / 2, self._sweep)
+            self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER / 2, self._sweep)
 
     def discard(self, watch: _DisconnectWatch) -> None:
         self.watches.pop(watch, None)
@@ -171,7 +171,7 @@ class _PendingWatches:
         for watch in started:
             del self.watches[watch]
             watch.start()
-        self.timer = self.loop.call_later(WATCH_AFTER / 2, self._sweep) \
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER / 2, self._sweep) \
             if self.watches else None
 
 
@@ -183,7 +183,7 @@ def _pending_watches() -> _PendingWatches:
     loop = asyncio.get_running_loop()
     pending = _PENDING.get(loop)
     if pending is None:
-        pending = _PENDING[loop] = _PendingWatches(loop)
+        pending = _PENDING[loop] = _PendingWatches()
     return pending
 
 
