@@ -49,6 +49,15 @@ def test_gateway_overhead_user_role_tiny(tmp_path: Path) -> None:
     assert "append=user" in out and "turns/s" in out
 
 
+def test_gateway_inprocess_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("gateway_inprocess.py", "--sessions", "2", "--turns", "3",
+                        "--input-tokens", "16", "--output-tokens", "16", "--repeat", "1",
+                        "--profile", "5", tmp_path=tmp_path)
+    assert "gateway in process" in out
+    for label in ("CPU per turn", "floor", "tito's own work", "cumulative"):
+        assert label in out, label
+
+
 def test_turn_scaling_tiny(tmp_path: Path) -> None:
     out = run_benchmark("turn_scaling.py", "--turns", "4", "--repeat", "1",
                         "--baseline-reps", "1", "--input-tokens", "16", "--output-tokens", "16",
