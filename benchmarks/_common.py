@@ -198,6 +198,17 @@ class Workload:
     row, every turn); the token baselines ask the engine for the same rows."""
 
 
+def add_workload_args(p: Any) -> None:
+    """The plain workload's flags (an ``argparse`` parser): S sessions at once, T turns each,
+    I content tokens appended and O tokens generated per turn."""
+    p.add_argument("--sessions", "-S", type=int, default=32, help="concurrent sessions")
+    p.add_argument("--turns", "-T", type=int, default=20, help="turns per session")
+    p.add_argument("--input-tokens", "-I", type=int, default=64,
+                   help="content tokens of the message appended every turn")
+    p.add_argument("--output-tokens", "-O", type=int, default=64,
+                   help="tokens generated per turn (stop id included; >= 7)")
+
+
 def say_text(renderer: Any, output_tokens: int) -> str:
     """A SAY text whose reply renders to exactly ``output_tokens`` ids (stop id included)."""
     n = max(1, output_tokens - 6)

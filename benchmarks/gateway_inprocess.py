@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from _common import QWEN3_DIR, build_workload, fmt, median, print_table, say_text
+from _common import (
+    QWEN3_DIR,
+    add_workload_args,
+    build_workload,
+    fmt,
+    median,
+    print_table,
+    say_text,
+)
 
 App = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
                Awaitable[None]]
@@ -49,12 +57,7 @@ App = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Aw
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--sessions", "-S", type=int, default=32, help="concurrent sessions")
-    p.add_argument("--turns", "-T", type=int, default=20, help="turns per session")
-    p.add_argument("--input-tokens", "-I", type=int, default=64,
-                   help="content tokens of the message appended every turn")
-    p.add_argument("--output-tokens", "-O", type=int, default=64,
-                   help="tokens generated per turn (stop id included; >= 7)")
+    add_workload_args(p)
     p.add_argument("--repeat", type=int, default=5, help="runs of each app, alternated")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="print the N heaviest tito functions of one more gateway run")

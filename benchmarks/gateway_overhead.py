@@ -37,6 +37,7 @@ from _common import (
     PhaseResult,
     Proc,
     PySpy,
+    add_workload_args,
     build_workload,
     by_package,
     fmt,
@@ -59,12 +60,7 @@ LABELS = {"direct": "direct engine", "passthrough": "pass-through", "gateway": "
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--sessions", "-S", type=int, default=32, help="concurrent sessions")
-    p.add_argument("--turns", "-T", type=int, default=20, help="turns per session")
-    p.add_argument("--input-tokens", "-I", type=int, default=64,
-                   help="content tokens of the message appended every turn")
-    p.add_argument("--output-tokens", "-O", type=int, default=64,
-                   help="tokens generated per turn (stop id included; >= 7)")
+    add_workload_args(p)
     p.add_argument("--append-role", choices=["tool", "user"], default="tool",
                    help="role of the message appended every turn")
     p.add_argument("--latency-ms", type=float, default=0.0,
