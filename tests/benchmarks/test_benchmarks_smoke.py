@@ -58,6 +58,14 @@ def test_gateway_inprocess_tiny(tmp_path: Path) -> None:
         assert label in out, label
 
 
+def test_prompt_json_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("prompt_json.py", "--sessions", "2", "--turns", "3", "5",
+                        "--rounds", "1", tmp_path=tmp_path, tokenizer=False)
+    assert "prompt ids as JSON" in out
+    for label in ("whole (µs)", "spliced (µs)", "final context"):
+        assert label in out, label
+
+
 def test_turn_scaling_tiny(tmp_path: Path) -> None:
     out = run_benchmark("turn_scaling.py", "--turns", "4", "--repeat", "1",
                         "--baseline-reps", "1", "--input-tokens", "16", "--output-tokens", "16",

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from aiohttp import web
@@ -331,6 +332,28 @@ async def test_valid_reply_over_http(scripted: Any) -> None:
     body = seen[0]
     assert body["input_ids"] == [1, 2, 3] and body["rid"] == "r1"
     assert body["return_logprob"] is True and body["stream"] is False
+
+
+async def test_a_session_s_next_prompt_is_spliced_onto_the_previous_one(scripted: Any) -> None:
+    """The second turn of a session serializes only its new ids; the body is the same."""
+    seen: list[bytes] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(await request.read())
+        return web.json_response(reply())
+
+    engine = SGLangEngine(await scripted(handler))
+    prompts = [[1, 2, 3], [1, 2, 3, 11, 12, 2, 7, 8], [1, 2, 9]]  # grow, then roll back
+    try:
+        for turn, prompt in enumerate(prompts):
+            await engine.generate(np.asarray(prompt, dtype=np.int32),
+                                  SamplingParams(max_new_tokens=3), f"sess_t{turn:06d}_ab")
+    finally:
+        await engine.close()
+    assert [orjson.loads(body)["input_ids"] for body in seen] == prompts
+    assert [orjson.loads(body)["rid"] for body in seen] == [
+        "sess_t000000_ab", "sess_t000001_ab", "sess_t000002_ab"]
+    assert engine.prompt_json.reused == 1  # the second prompt; the third is a rollback
 
 
 async def test_connection_refused_is_an_engine_error() -> None:

@@ -123,7 +123,7 @@ def test_the_watch_timers_do_not_keep_closed_loops_alive() -> None:
     from tito.server import http
 
     async def watch_once() -> None:
-        http._pending_watches()
+        http._pending_watches(asyncio.get_running_loop())
 
     refs = []
     for _ in range(3):

@@ -4,7 +4,8 @@ One sample per request with our own ``rid``; explicit sampling parameters (SGLan
 defaults differ from OpenAI's); ``output_ids`` are the truth and
 ``meta_info.output_token_logprobs`` (``[logprob, id, text|null]``) must agree with them.
 The client keeps one pooled keep-alive aiohttp session; bodies are encoded with orjson
-(numpy id arrays serialize without a Python list).
+(numpy id arrays serialize without a Python list), and a session's ``input_ids`` text is
+built on its previous prompt's (:mod:`tito.engines.prompt_json`: O(new ids) a turn).
 
 Errors: a transport failure or an engine 5xx is an :class:`EngineError` (code
 ``engine_error``); a reply we cannot use (not JSON, a field of the wrong type or out of
@@ -32,6 +33,7 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
+from tito.engines.prompt_json import PromptJson
 from tito.types.engine import (
     LOGPROB_TOLERANCE,
     CheckedOutput,
@@ -514,6 +516,8 @@ class SGLangEngine:
         self._context_length: int | None = None
         self._context_retry_at = 0.0
         self._context_lock = asyncio.Lock()
+        self.prompt_json = PromptJson()
+        """Each session's previous prompt text: a turn serializes only its new ids."""
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -594,7 +598,6 @@ class SGLangEngine:
         if stream:
             sampling["stream_interval"] = self.stream_interval
         payload: dict[str, Any] = {
-            "input_ids": input_ids,
             "rid": rid,
             "sampling_params": sampling,
             "return_logprob": True,
@@ -608,7 +611,9 @@ class SGLangEngine:
             payload["routed_experts_start_len"] = replay.start_len
         if replay is not None and replay.indexer_topk:
             payload["return_indexer_topk"] = True
-        return orjson.dumps(payload, option=_JSON_OPTS)
+        # {"input_ids": [...], "rid": ...}: the ids' text spliced in (O(new ids) a turn)
+        return b"".join((b'{"input_ids":', self.prompt_json.ids_json(session_of(rid), input_ids),
+                         b",", memoryview(orjson.dumps(payload, option=_JSON_OPTS))[1:]))
 
     @staticmethod
     def _refusal(status: int, body: bytes) -> EngineError:

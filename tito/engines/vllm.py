@@ -37,6 +37,7 @@ import aiohttp
 import numpy as np
 import orjson
 
+from tito.engines.prompt_json import PromptJson
 from tito.types.engine import (
     FinishReason,
     GenerateResult,
@@ -47,6 +48,7 @@ from tito.types.engine import (
     TokenIds,
 )
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
+from tito.types.placement import session_of
 
 PROTOCOL_ERROR = "engine_protocol_error"
 PAUSE_MODES: dict[str, str] = {"abort": "abort", "in_place": "keep", "retract": "keep"}
@@ -74,6 +76,8 @@ class VLLMEngine:
         self._session: aiohttp.ClientSession | None = None
         self.weight_version: str = "default"
         self._lock = asyncio.Lock()
+        self.prompt_json = PromptJson()
+        """Each session's previous prompt text: a turn serializes only its new ids."""
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -100,8 +104,8 @@ class VLLMEngine:
 
     async def _call(self, method: str, path: str, payload: Any = None
                     ) -> tuple[int, bytes]:
-        body = None if payload is None else orjson.dumps(payload,
-                                                         option=orjson.OPT_SERIALIZE_NUMPY)
+        body = payload if payload is None or isinstance(payload, bytes) else \
+            orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
         try:
             async with self._client().request(
                     method, self.url + path, data=body,
@@ -115,9 +119,10 @@ class VLLMEngine:
                                     f"{type(exc).__name__}: {exc}") from exc
 
     def _payload(self, input_ids: TokenIds, params: SamplingParams, rid: str,
-                 replay: ReplayRequest | None, *, stream: bool) -> dict[str, Any]:
+                 replay: ReplayRequest | None, *, stream: bool) -> bytes:
+        """The ``/v1/completions`` body (the prompt's ids spliced in as JSON text)."""
         payload: dict[str, Any] = {
-            "model": self.model, "prompt": [int(i) for i in input_ids],
+            "model": self.model,
             "max_tokens": params.max_new_tokens, "temperature": params.temperature,
             "top_p": params.top_p, "top_k": params.top_k, "min_p": params.min_p,
             "presence_penalty": params.presence_penalty,
@@ -134,7 +139,8 @@ class VLLMEngine:
             payload["stream_options"] = {"include_usage": True}
         if replay is not None and replay.routed_experts:
             payload["routed_experts_prompt_start"] = replay.start_len
-        return payload
+        return b"".join((b'{"prompt":', self.prompt_json.ids_json(session_of(rid), input_ids),
+                         b",", memoryview(orjson.dumps(payload))[1:]))
 
     @staticmethod
     def _refusal(status: int, body: bytes) -> EngineError:
@@ -179,7 +185,7 @@ class VLLMEngine:
         usage: dict[str, Any] | None = None
         try:
             async with self._client().post(self.url + "/v1/completions",
-                                           data=orjson.dumps(payload),
+                                           data=payload,
                                            headers={"content-type": "application/json"}
                                            ) as resp:
                 if resp.status != 200:

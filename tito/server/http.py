@@ -105,9 +105,10 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     after the body yields only ``http.disconnect`` — sent when the client's connection
     closes.
     """
-    watch = _DisconnectWatch(request)
-    pending = _pending_watches()
-    pending.add(watch)
+    loop = asyncio.get_running_loop()  # once: each lookup is a getpid() system call
+    watch = _DisconnectWatch(request, loop)
+    pending = _pending_watches(loop)
+    pending.add(watch, loop)
     try:
         return await work
     except asyncio.CancelledError:
@@ -122,9 +123,9 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
 class _DisconnectWatch:
     __slots__ = ("gone", "owner", "request", "since", "task")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
-        self.owner = asyncio.current_task()
+        self.owner = asyncio.current_task(loop)
         self.task: asyncio.Task[None] | None = None
         self.gone = False
         self.since = time.monotonic()
@@ -153,10 +154,10 @@ class _PendingWatches:
         self.watches: dict[_DisconnectWatch, None] = {}  # insertion order = age order
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, watch: _DisconnectWatch) -> None:
+    def add(self, watch: _DisconnectWatch, loop: asyncio.AbstractEventLoop) -> None:
         self.watches[watch] = None
         if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER / 2, self._sweep)
+            self.timer = loop.call_later(WATCH_AFTER / 2, self._sweep)
 
     def discard(self, watch: _DisconnectWatch) -> None:
         self.watches.pop(watch, None)
@@ -179,8 +180,7 @@ _PENDING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _PendingWatches] 
     weakref.WeakKeyDictionary()
 
 
-def _pending_watches() -> _PendingWatches:
-    loop = asyncio.get_running_loop()
+def _pending_watches(loop: asyncio.AbstractEventLoop) -> _PendingWatches:
     pending = _PENDING.get(loop)
     if pending is None:
         pending = _PENDING[loop] = _PendingWatches()
