@@ -66,6 +66,14 @@ def test_prompt_json_tiny(tmp_path: Path) -> None:
         assert label in out, label
 
 
+def test_tokenizer_encode_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("tokenizer_encode.py", "--fixtures", str(tokenizer_dir("qwen3").parent),
+                        "--rounds", "2", "--calls", "2", tmp_path=tmp_path, tokenizer=False)
+    assert "encoding a turn's appended tool result" in out
+    for family in ("qwen3", "llama3", "gpt_oss"):
+        assert family in out, family
+
+
 def test_turn_scaling_tiny(tmp_path: Path) -> None:
     out = run_benchmark("turn_scaling.py", "--turns", "4", "--repeat", "1",
                         "--baseline-reps", "1", "--input-tokens", "16", "--output-tokens", "16",

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import tokenizer_dir
 
-from tito.types.fast_bpe import FastCodec, fast_codec
+from tito.types.fast_bpe import FastCodec, added_token_splitter, fast_codec
 from tito.types.tokenizer import load_tokenizer
 
 ELIGIBLE = ["qwen3", "llama-3.1", "gpt-oss"]
@@ -90,3 +90,32 @@ def test_the_tokenizer_switches_once_ready(monkeypatch: pytest.MonkeyPatch) -> N
     assert tok.decode(ids, skip_special_tokens=True) == "user\nhello there\n"
     monkeypatch.setenv("TITO_FAST_BPE", "0")
     assert load_tokenizer(tokenizer_dir("qwen3")).start_fast_encoder() is None
+
+
+def leftmost_longest(tokens: list[str], text: str) -> list[str]:
+    """The reference: at each position, the longest token starting there, else one char."""
+    parts, pos, start = [], 0, 0
+    while pos < len(text):
+        match = max((t for t in tokens if t and text.startswith(t, pos)), key=len,
+                    default=None)
+        if match is None:
+            pos += 1
+            continue
+        parts += [text[start:pos], match]
+        pos = start = pos + len(match)
+    return [*parts, text[start:]]
+
+
+def test_added_tokens_split_leftmost_longest() -> None:
+    split = added_token_splitter(["<a>", "<a>b", "<ab", "<|x|>"])
+    assert split("q<a>bc<ab<a><|x|><|x|") == ["q", "<a>b", "c", "<ab", "", "<a>", "",
+                                               "<|x|>", "<|x|"]
+    assert split("no tokens here") == ["no tokens here"]
+    assert added_token_splitter([])("<a>") == ["<a>"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="<>|ab", min_size=1, max_size=5), min_size=1, max_size=6),
+       st.text(alphabet="<>|abc", max_size=30))
+def test_added_token_splitter_matches_the_reference(tokens: list[str], text: str) -> None:
+    assert added_token_splitter(tokens)(text) == leftmost_longest(tokens, text)

@@ -10,7 +10,10 @@ normalizer, added tokens matched verbatim) and checks it equivalent before it is
 must give the same ids as the original on a fixed corpus (scripts, digits, whitespace
 runs, case-folded contractions, combining marks, emoji, every added token). Anything
 else — another model shape, ``tiktoken`` missing, one differing id — returns None and the
-original encoder is kept.
+original encoder is kept. Added tokens are matched by :func:`added_token_splitter` (a trie
+regex, leftmost-longest as ``tokenizers`` does) and the text between them is encoded as
+ordinary text: ``tiktoken``'s own ``allowed_special`` costs about 90 ns per added token on
+every call (42.6 against 15.3 µs a Llama 3 tool result, 256 added tokens).
 
 Decoding (parsing every completion) goes the same way when the decoder is ``ByteLevel``:
 the tokens' bytes from ``tiktoken``, then UTF-8 with replacement characters, checked
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +159,37 @@ class FastCodec:
 
     encode: Encode
     decode: Decode | None
+    encoding: Any = None
+    """The ``tiktoken.Encoding`` under both."""
+
+
+def added_token_splitter(added: Iterable[str]) -> Callable[[str], list[str]]:
+    """``split(text)``: ``text`` cut around every added token, leftmost and longest first
+    (as ``tokenizers`` matches them): ``[text, token, text, token, ..., text]``.
+
+    The added tokens are matched here rather than by ``tiktoken``'s ``allowed_special``,
+    which converts the allowed set to a Rust hash set on every call: about 90 ns a token,
+    24 µs a call for Llama 3's 256 added tokens. The pattern is a trie of the tokens, so a
+    position that starts none of them costs one character test."""
+    trie: dict[str, Any] = {}
+    for token in added:
+        node = trie
+        for ch in token:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a token ends here
+
+    def pattern(node: dict[str, Any]) -> str:
+        branches = [re.escape(ch) + pattern(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if "" in node:  # a token ends here and longer ones go on: the longer first (greedy)
+            return "(?:" + body + ")?"
+        return body
+
+    if not trie:
+        return lambda text: [text]
+    return re.compile("(" + pattern(trie) + ")").split
 
 
 def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
@@ -186,19 +221,38 @@ def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
     except Exception as exc:  # a vocabulary tiktoken does not accept
         log.debug("no fast encoder: %s", exc)
         return None
-    specials = frozenset(added)
-
-    def encode(text: str) -> list[int]:
-        if normalizer == "NFC":
-            text = unicodedata.normalize("NFC", text)
-        return encoding.encode(text, allowed_special=specials)
+    encode = _encoder(encoding, added, nfc=normalizer == "NFC")
 
     corpus = _corpus(list(added))
     for text in corpus:
         if encode(text) != backend.encode(text, add_special_tokens=False).ids:
             log.debug("no fast encoder: differs on %r", text)
             return None
-    return FastCodec(encode, _checked_decoder(encoding, backend, decoder, encode, corpus))
+    return FastCodec(encode, _checked_decoder(encoding, backend, decoder, encode, corpus),
+                     encoding)
+
+
+def _encoder(encoding: Any, added: dict[str, int], *, nfc: bool) -> Encode:
+    """Added tokens matched by :func:`added_token_splitter`, the text between them encoded
+    by ``tiktoken`` as ordinary text (what ``encode(allowed_special=...)`` does)."""
+    split = added_token_splitter(added)
+    ordinary = encoding.encode_ordinary
+
+    def encode(text: str) -> list[int]:
+        if nfc:
+            text = unicodedata.normalize("NFC", text)
+        parts = split(text)  # [text, added, text, added, ..., text]
+        if len(parts) == 1:
+            return ordinary(text)
+        ids: list[int] = []
+        for i, part in enumerate(parts):
+            if i & 1:
+                ids.append(added[part])
+            elif part:
+                ids += ordinary(part)
+        return ids
+
+    return encode
 
 
 def _checked_decoder(encoding: Any, backend: Any, decoder: dict[str, Any], encode: Encode,
