@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito.engines.prompt_json import PromptJson
+from tito.engines.prompt_json import PromptJson, prompt_key
 
 
 def text_of(ids: list[int]) -> bytes:
@@ -42,6 +42,14 @@ def test_sessions_do_not_share_entries() -> None:
     cache.ids_json("a", [1, 2, 3])
     assert cache.ids_json("b", [1, 2, 3, 4]) == text_of([1, 2, 3, 4])
     assert cache.reused == 0 and len(cache) == 2
+
+
+def test_only_gateway_turns_are_kept() -> None:
+    assert prompt_key("sess_t000003_0a1b2c3d") == "sess"
+    assert prompt_key("r1") is None  # a one-off request: nothing to reuse
+    cache = PromptJson()
+    assert cache.ids_json(None, [1, 2]) == b"[1,2]"
+    assert len(cache) == 0 and cache.nbytes == 0
 
 
 def test_empty_prompts() -> None:

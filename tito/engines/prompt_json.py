@@ -6,11 +6,12 @@ client that sends ids as JSON (SGLang's ``input_ids``, vLLM's ``prompt``) theref
 serializes only the ids past the previous prompt, and splices them onto that prompt's
 text: a 3,000-id prompt costs ~27 us to serialize whole, the 150 new ids ~2 us.
 
-Entries are keyed by session (:func:`tito.types.placement.session_of` of the request id)
-and hold the previous prompt's raw ids, so an entry is used only when the new prompt
-starts with exactly those ids (one ``memcmp``): a rolled-back or branched prompt that does
-not is serialized whole, and replaces the entry. Least recently used entries are evicted
-past a byte budget (ids + text, about 11 bytes a token).
+Entries are keyed by session (:func:`prompt_key`: the session of a gateway request id; a
+foreign request id, a one-off call, keeps nothing) and hold the previous prompt's raw ids,
+so an entry is used only when the new prompt starts with exactly those ids (one
+``memcmp``): a rolled-back or branched prompt that does not is serialized whole, and
+replaces the entry. Least recently used entries are evicted past a byte budget (ids +
+text, about 11 bytes a token).
 """
 
 from __future__ import annotations
@@ -21,12 +22,20 @@ import numpy as np
 import orjson
 
 from tito.types.engine import TokenIds
+from tito.types.placement import session_of
 from tito.types.records import IDS_DTYPE
 
 DEFAULT_MAX_BYTES = 64 << 20
 """The cache's budget: 64 MiB holds ~6 million prompt tokens (e.g. 200 sessions of 30k)."""
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def prompt_key(rid: str) -> str | None:
+    """The session of a gateway request id (``<session>_t<turn>_<hex>``); None for any
+    other id (nothing to reuse: it is not a turn of a session)."""
+    session = session_of(rid)
+    return None if session == rid else session
 
 
 class PromptJson:
@@ -48,8 +57,11 @@ class PromptJson:
     def nbytes(self) -> int:
         return self._size
 
-    def ids_json(self, key: str, ids: TokenIds) -> bytes:
+    def ids_json(self, key: str | None, ids: TokenIds) -> bytes:
+        """``key``: the session (None: serialize whole, keep nothing)."""
         arr = np.ascontiguousarray(ids, dtype=IDS_DTYPE)
+        if key is None:
+            return orjson.dumps(arr, option=_NUMPY)
         raw = arr.tobytes()
         text = None
         entry = self._entries.pop(key, None)

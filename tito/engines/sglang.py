@@ -33,7 +33,7 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from tito.engines.prompt_json import PromptJson
+from tito.engines.prompt_json import PromptJson, prompt_key
 from tito.types.engine import (
     LOGPROB_TOLERANCE,
     CheckedOutput,
@@ -612,7 +612,7 @@ class SGLangEngine:
         if replay is not None and replay.indexer_topk:
             payload["return_indexer_topk"] = True
         # {"input_ids": [...], "rid": ...}: the ids' text spliced in (O(new ids) a turn)
-        return b"".join((b'{"input_ids":', self.prompt_json.ids_json(session_of(rid), input_ids),
+        return b"".join((b'{"input_ids":', self.prompt_json.ids_json(prompt_key(rid), input_ids),
                          b",", memoryview(orjson.dumps(payload, option=_JSON_OPTS))[1:]))
 
     @staticmethod

@@ -37,7 +37,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-from tito.engines.prompt_json import PromptJson
+from tito.engines.prompt_json import PromptJson, prompt_key
 from tito.types.engine import (
     FinishReason,
     GenerateResult,
@@ -48,7 +48,6 @@ from tito.types.engine import (
     TokenIds,
 )
 from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
-from tito.types.placement import session_of
 
 PROTOCOL_ERROR = "engine_protocol_error"
 PAUSE_MODES: dict[str, str] = {"abort": "abort", "in_place": "keep", "retract": "keep"}
@@ -139,7 +138,7 @@ class VLLMEngine:
             payload["stream_options"] = {"include_usage": True}
         if replay is not None and replay.routed_experts:
             payload["routed_experts_prompt_start"] = replay.start_len
-        return b"".join((b'{"prompt":', self.prompt_json.ids_json(session_of(rid), input_ids),
+        return b"".join((b'{"prompt":', self.prompt_json.ids_json(prompt_key(rid), input_ids),
                          b",", memoryview(orjson.dumps(payload))[1:]))
 
     @staticmethod
