@@ -174,3 +174,24 @@ def test_records_store_deltas_not_history(renderer: TemplateRenderer) -> None:
     assert all(r.bridge_ids.dtype == np.int32 and r.logprobs.dtype == np.float32
                for r in s.records)
     assert sum(len(r.bridge_ids) + len(r.output_ids) for r in s.records) == len(s.snapshot)
+
+
+def test_a_prefix_checked_upstream_plans_like_a_full_comparison(
+        renderer: TemplateRenderer) -> None:
+    """``stored_prefix`` (the API layer compared the messages to this copy of the stored
+    ones) skips the session's comparison only while it is still the session's messages."""
+    s, history = three_turns(renderer)
+    request = [*history, {"role": "user", "content": "four"}]
+    known = list(s.messages)
+    plain = s.plan(TurnRequest(messages=request))
+    s.release(plain)
+    checked = s.plan(TurnRequest(messages=request, stored_prefix=known))
+    s.release(checked)
+    assert checked.prompt_ids.tolist() == plain.prompt_ids.tolist()
+    assert (checked.keep_records, checked.rolled_back) == (plain.keep_records, 0)
+    # the session moved on after the copy was taken: the copy no longer counts
+    generate(s, [*history[:4], {"role": "user", "content": "three, again"}],
+             {"role": "assistant", "content": "A3b"})
+    stale = s.plan(TurnRequest(messages=request, stored_prefix=known))
+    s.release(stale)
+    assert stale.rolled_back == 1 and stale.keep_records == 2  # the retry is undone

@@ -72,17 +72,23 @@ def check_depth(fields: dict[str, Any], limit: int) -> None:
 
     Deep nesting is refused at the door: stored messages are re-serialized later (views,
     templates, samples metadata) by code with recursion limits of its own. One walk over
-    the containers only; scalars cost nothing."""
-    stack = [(value, 1, key) for key, value in fields.items()
-             if isinstance(value, (dict, list))]
-    while stack:
-        item, depth, key = stack.pop()
+    the containers only; scalars cost nothing. Recursive: ``limit`` is at most 512
+    (``--max-json-depth``), well inside Python's recursion limit."""
+
+    def walk(item: dict[str, Any] | list[Any], depth: int, key: str) -> None:
         if depth > limit:
             raise BadRequest(f"{key} nests JSON deeper than {limit} levels "
                              "(--max-json-depth)", code="json_too_deep")
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend([(child, depth + 1, key) for child in children
-                      if isinstance(child, (dict, list))])
+        for child in (item.values() if isinstance(item, dict) else item):
+            if isinstance(child, _CONTAINERS):
+                walk(child, depth + 1, key)
+
+    for key, value in fields.items():
+        if isinstance(value, _CONTAINERS):
+            walk(value, 1, key)
+
+
+_CONTAINERS = (dict, list)
 
 
 CLIENT_CLOSED = 499

@@ -96,7 +96,11 @@ class LinearSession:
         messages = request.messages
         if not self.records:
             return first_turn(self.renderer, request)
-        matched = match_len(self.matcher, self.messages, messages, exact=self._exact)
+        prefix = request.stored_prefix
+        if prefix is not None and self._exact and prefix == self.messages:
+            matched = len(prefix)  # compared by the API layer (the same objects: C-level)
+        else:
+            matched = match_len(self.matcher, self.messages, messages, exact=self._exact)
         if matched == len(self.messages):
             target = len(self.records) - 1  # plain extension (or exact resend)
         else:

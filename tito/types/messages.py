@@ -22,6 +22,10 @@ class TurnRequest:
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     template_kwargs: dict[str, Any] | None = None
+    stored_prefix: list[Message] | None = None
+    """The session's messages (a copy taken when the request arrived) that ``messages``
+    was checked to start with, equal message for message: while they are still the
+    session's messages, its planning need not compare them again."""
 
 
 @dataclass(slots=True)

@@ -158,6 +158,13 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None, *,
     error text are the same as validating everything. ``max_depth``: how deeply JSON may
     nest in any field (``--max-json-depth``).
     """
+    return validate_chat(data, known, max_depth=max_depth)[0]
+
+
+def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
+                  max_depth: int = 64) -> tuple[ChatCompletionRequest, bool]:
+    """:func:`parse_chat_request`, and whether the messages were found to start with
+    ``known`` (then the session need not compare them again)."""
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     kwargs = data.get("chat_template_kwargs")
@@ -175,11 +182,11 @@ def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None, *,
             request = _Envelope.model_validate(data)
             for message in new:
                 _MESSAGE.validate_python(message)
-            return request
+            return request, True
         except ValidationError:
             pass  # the full validation below words the error
     try:
-        return ChatCompletionRequest.model_validate(data)
+        return ChatCompletionRequest.model_validate(data), new is not None
     except ValidationError as exc:
         raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from exc
 

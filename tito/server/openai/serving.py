@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from tito.server.openai.models import (
     ChunkChoice,
     ModelList,
     ToolCallOut,
-    parse_chat_request,
+    validate_chat,
 )
 from tito.server.serving import (
     TurnStream,
@@ -53,18 +54,23 @@ so far, whichever is more)."""
 
 
 # -- request -> core ---------------------------------------------------------------------
+_ROLE = operator.methodcaller("get", "role")
+
+
 def session_messages(data: dict[str, Any]) -> list[Message]:
     """The client's messages as sent, with ``developer`` read as ``system``."""
     messages: list[Message] = data["messages"]
-    if not any(m.get("role") == "developer" for m in messages):
+    if "developer" not in map(_ROLE, messages):  # C-level: a scan of every message per turn
         return messages
     return [{**m, "role": "system"} if m.get("role") == "developer" else m
             for m in messages]
 
 
-def turn_request(data: dict[str, Any], chat: ChatCompletionRequest) -> TurnRequest:
+def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
+                 stored_prefix: list[Message] | None = None) -> TurnRequest:
     return TurnRequest(messages=session_messages(data), tools=data.get("tools") or None,
-                       template_kwargs=chat.chat_template_kwargs)
+                       template_kwargs=chat.chat_template_kwargs,
+                       stored_prefix=stored_prefix)
 
 
 def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
@@ -195,28 +201,30 @@ def _text_and_calls(event: Delta) -> list[ChoiceDelta]:
 
 # -- routes ------------------------------------------------------------------------------
 def decode_chat(body: bytes, known: list[Message], max_depth: int
-                ) -> tuple[dict[str, Any], ChatCompletionRequest]:
-    """JSON body -> (the dict as sent, its validated request)."""
+                ) -> tuple[dict[str, Any], ChatCompletionRequest, list[Message] | None]:
+    """JSON body -> (the dict as sent, its validated request, ``known`` when the messages
+    were found to start with it)."""
     data = decode_json(body)
-    return data, parse_chat_request(data, known=known, max_depth=max_depth)
+    chat, verified = validate_chat(data, known=known, max_depth=max_depth)
+    return data, chat, known if verified else None
 
 
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     known, depth = list(session.messages), gateway.config.max_json_depth
-    raw, heavy, (data, chat) = await read_turn_body(
+    raw, heavy, (data, chat, prefix) = await read_turn_body(
         gateway, request, lambda body: decode_chat(body, known, depth))
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     response_id = f"chatcmpl-{os.urandom(16).hex()}"
     if chat.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
-            gateway, session, turn_request(data, chat), params, heavy=heavy,
+            gateway, session, turn_request(data, chat, prefix), params, heavy=heavy,
             response_id=response_id,
             route=route_of(request)))
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return sse_response(live_events(stream, gateway, response_id, include_usage))
     body = await run_api_turn(
-        gateway, request, session, raw, turn_request(data, chat), params, heavy=heavy,
+        gateway, request, session, raw, turn_request(data, chat, prefix), params, heavy=heavy,
         response_id=response_id, build=lambda outcome: completion(outcome, gateway.model_name))
     return reply(body, chat)
 
