@@ -151,7 +151,7 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     import orjson
 
     from tito.engines.mock.directives import MockModel
-    from tito.server.openai.models import parse_chat_request
+    from tito.server.openai.models import validate_chat
     from tito.server.openai.serving import session_messages
     from tito.session.linear import LinearSession
     from tito.session.matchers import strict
@@ -188,7 +188,7 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     previous = session.messages[-1]
     return {
         "request JSON parse": cpu_time(lambda: orjson.loads(body), reps),
-        "request validation": cpu_time(lambda: parse_chat_request(  # as the gateway does:
+        "request validation": cpu_time(lambda: validate_chat(  # as the gateway does:
             data, known=list(session.messages)), reps),  # the stored prefix was checked
         "session plan (match + bridge)": cpu_time(plan_only, reps),
         "  of which bridge": cpu_time(lambda: renderer.bridge(

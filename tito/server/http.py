@@ -66,6 +66,9 @@ def decode_json(body: bytes, *, allow_empty: bool = False) -> Any:
         raise BadRequest(f"invalid JSON body: {exc}", code="invalid_json") from exc
 
 
+_CONTAINERS = (dict, list)
+
+
 def check_depth(fields: dict[str, Any], limit: int) -> None:
     """BadRequest ``json_too_deep`` when a value of ``fields`` nests JSON deeper than
     ``limit`` levels (the field itself is level 1).
@@ -86,9 +89,6 @@ def check_depth(fields: dict[str, Any], limit: int) -> None:
     for key, value in fields.items():
         if isinstance(value, _CONTAINERS):
             walk(value, 1, key)
-
-
-_CONTAINERS = (dict, list)
 
 
 CLIENT_CLOSED = 499

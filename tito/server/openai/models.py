@@ -148,23 +148,17 @@ class _Envelope(ChatCompletionRequest):
 _MESSAGE = TypeAdapter(ChatMessage)
 
 
-def parse_chat_request(data: Any, known: list[dict[str, Any]] | None = None, *,
-                       max_depth: int = 64) -> ChatCompletionRequest:
-    """Validate a chat request.
+def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
+                  max_depth: int = 64) -> tuple[ChatCompletionRequest, bool]:
+    """Validate a chat request: (the request, whether its messages start with ``known``).
 
     ``known``: the session's stored messages (each validated when it was first sent, or
     written by the gateway). A request whose messages start with exactly these is checked
-    only for the rest; any failure re-runs the full validation, so the outcome and the
-    error text are the same as validating everything. ``max_depth``: how deeply JSON may
-    nest in any field (``--max-json-depth``).
+    only for the rest (and the session need not compare them again); any failure re-runs
+    the full validation, so the outcome and the error text are the same as validating
+    everything. ``max_depth``: how deeply JSON may nest in any field
+    (``--max-json-depth``).
     """
-    return validate_chat(data, known, max_depth=max_depth)[0]
-
-
-def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
-                  max_depth: int = 64) -> tuple[ChatCompletionRequest, bool]:
-    """:func:`parse_chat_request`, and whether the messages were found to start with
-    ``known`` (then the session need not compare them again)."""
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     kwargs = data.get("chat_template_kwargs")
