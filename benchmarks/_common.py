@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -523,7 +524,10 @@ class PySpy:
     """``py-spy record --gil`` attached to a process (samples only while it holds the GIL, so
     time blocked in syscalls or idle in epoll is left out: a view of Python CPU)."""
 
-    def __init__(self, pid: int, out: Path, rate: int = 400) -> None:
+    RATE = 400
+    """Samples per second."""
+
+    def __init__(self, pid: int, out: Path, rate: int = RATE) -> None:
         import shutil
 
         exe = shutil.which("py-spy")
@@ -582,11 +586,16 @@ _FRAME_FILE = re.compile(r"\(([^()]*)\)$")
 
 
 def by_package(collapsed: Path, n: int = 12) -> list[list[str]]:
-    """Self samples grouped by the package of the sampled frame (tito: by subpackage)."""
-    from collections import Counter
+    """Self samples grouped by the package of the sampled frame (tito: by subpackage), in %."""
+    groups = package_samples(collapsed)
+    total = sum(groups.values())
+    return [[k, f"{100 * c / max(1, total):.1f}%"] for k, c in groups.most_common(n)]
 
+
+def package_samples(collapsed: Path) -> Counter[str]:
+    """Self samples of py-spy raw output by the package of the sampled frame (tito: by
+    subpackage)."""
     groups: Counter[str] = Counter()
-    total = 0
     for line in collapsed.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -602,8 +611,7 @@ def by_package(collapsed: Path, n: int = 12) -> list[list[str]]:
         else:
             key = re.split(r"[/.:]", path, maxsplit=1)[0] or "?"
         groups[key] += int(count)
-        total += int(count)
-    return [[k, f"{100 * c / max(1, total):.1f}%"] for k, c in groups.most_common(n)]
+    return groups
 
 
 # -- output ------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from _common import (
     fmt,
     http_json,
     median,
+    package_samples,
     percentile,
     print_table,
     rss_bytes,
@@ -87,7 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
                    help="profile the gateway during its runs with py-spy (--gil; collapsed "
-                        "stacks to FILE) and print its top frames; inflates its CPU figures")
+                        "stacks to FILE) and print its top frames; with the pass-through mode "
+                        "also the proxy (to FILE.proxy), and the GIL-holding time per turn "
+                        "of both by package; inflates the CPU figures")
     p.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                    help="extra `tito serve` flag (repeatable; e.g. --gateway-arg=--journal "
                         "--gateway-arg=/tmp/j to measure the journal's cost)")
@@ -322,10 +325,18 @@ def start_servers(args: argparse.Namespace, modes: list[str], procs: list[Proc])
     return servers
 
 
-def start_profiler(args: argparse.Namespace, modes: list[str], servers: Servers) -> PySpy | None:
-    if args.py_spy is not None and servers.gateway is not None and "gateway" in modes:
-        return PySpy(servers.gateway.pid, args.py_spy)
-    return None
+def proxy_profile_path(path: Path) -> Path:
+    return path.with_name(path.name + ".proxy")
+
+
+def start_profilers(args: argparse.Namespace, modes: list[str], servers: Servers
+                    ) -> list[PySpy]:
+    if args.py_spy is None or servers.gateway is None or "gateway" not in modes:
+        return []
+    spies = [PySpy(servers.gateway.pid, args.py_spy)]
+    if servers.proxy is not None and "passthrough" in modes:
+        spies.append(PySpy(servers.proxy.pid, proxy_profile_path(args.py_spy)))
+    return spies
 
 
 def run_modes(args: argparse.Namespace, modes: list[str], wl: Any,
@@ -334,7 +345,7 @@ def run_modes(args: argparse.Namespace, modes: list[str], wl: Any,
     if servers.gateway is not None and not args.no_check:
         check_equivalence(servers.mock, servers.gateway, wl)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    spy = start_profiler(args, modes, servers)
+    spies = start_profilers(args, modes, servers)
     for _ in range(max(1, args.repeat)):
         for mode in (m for m in MODES if m in modes):
             url, watch = servers.target(mode)
@@ -343,7 +354,7 @@ def run_modes(args: argparse.Namespace, modes: list[str], wl: Any,
             runs[mode].append(summarize(mode, phase, wl.sessions * wl.turns))
             if mode == "gateway":
                 runs[mode][-1].update(stored_sizes(url, phase.load.session_ids))
-    if spy is not None:
+    for spy in spies:
         spy.stop()
     results = {mode: combine(r) for mode, r in runs.items()}
     if servers.gateway is not None:
@@ -368,13 +379,33 @@ def stored_sizes(url: str, session_ids: list[str]) -> dict[str, float]:
                 values.get("tito_stored_routing_bytes", 0.0) / tokens}
 
 
-def print_profile(path: Path) -> None:
+def print_profile(path: Path, turns: int) -> None:
     own, incl = top_frames(path)
     print_table("gateway profile: top self frames (% of the GIL-holding samples "
                 "over its runs)", ["frame", "self"], own)
     print_table("gateway profile: top tito frames (inclusive)", ["frame", "inclusive"], incl)
     print_table("gateway profile: self samples by package", ["package", "self"],
                 by_package(path))
+    proxy = proxy_profile_path(path)
+    if proxy.is_file():
+        print_table("where the gateway's extra time goes: GIL-holding µs per turn by package "
+                    "(py-spy self samples / rate / turns)",
+                    ["package", "pass-through", "tito gateway", "tito - pass-through"],
+                    package_time_per_turn(proxy, path, turns, PySpy.RATE))
+
+
+def package_time_per_turn(proxy: Path, gateway: Path, turns: int, rate: int
+                          ) -> list[list[str]]:
+    """Rows of (package, proxy µs/turn, gateway µs/turn, difference), the biggest gateway
+    packages first, then the totals."""
+    scale = 1e6 / rate / max(1, turns)
+    ours, theirs = package_samples(gateway), package_samples(proxy)
+    rows = [[k, fmt(theirs.get(k, 0) * scale, 1), fmt(n * scale, 1),
+             fmt((n - theirs.get(k, 0)) * scale, 1)] for k, n in ours.most_common(14)]
+    total_ours, total_theirs = sum(ours.values()), sum(theirs.values())
+    rows.append(["all", fmt(total_theirs * scale, 1), fmt(total_ours * scale, 1),
+                 fmt((total_ours - total_theirs) * scale, 1)])
+    return rows
 
 
 def write_json(path: Path, args: argparse.Namespace, wl: Any,
@@ -404,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.stop()
     report(args, wl, results)
     if args.py_spy is not None and args.py_spy.is_file():
-        print_profile(args.py_spy)
+        print_profile(args.py_spy, wl.sessions * wl.turns * max(1, args.repeat))
     print(f"total benchmark time {time.perf_counter() - started:.1f} s")
     if args.json:
         write_json(args.json, args, wl, results)

@@ -149,7 +149,8 @@ _MESSAGE = TypeAdapter(ChatMessage)
 
 
 def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
-                  max_depth: int = 64) -> tuple[ChatCompletionRequest, bool]:
+                  max_depth: int = 64, same_as: ChatCompletionRequest | None = None
+                  ) -> tuple[ChatCompletionRequest, bool]:
     """Validate a chat request: (the request, whether its messages start with ``known``).
 
     ``known``: the session's stored messages (each validated when it was first sent, or
@@ -157,7 +158,9 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     only for the rest (and the session need not compare them again); any failure re-runs
     the full validation, so the outcome and the error text are the same as validating
     everything. ``max_depth``: how deeply JSON may nest in any field
-    (``--max-json-depth``).
+    (``--max-json-depth``). ``same_as``: a request this call returned for a body whose
+    members other than ``messages`` were byte for byte the same as ``data``'s (see
+    :mod:`tito.server.growing_body`); they are not validated again.
     """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
@@ -169,11 +172,14 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     new: list[Any] | None = None  # the messages past the stored prefix, when there is one
     if stored and isinstance(messages, list) and messages[:stored] == known:
         new = messages[stored:]
-    # the stored prefix was checked when it was first sent
-    check_depth(data if new is None else {**data, "messages": new}, max_depth)
+    # the stored prefix was checked when it was first sent, the other members with same_as
+    reuse = new is not None and isinstance(same_as, _Envelope)
+    check_depth({"messages": new} if reuse else data if new is None
+                else {**data, "messages": new}, max_depth)
     if new is not None:
         try:
-            request = _Envelope.model_validate(data)
+            request = same_as.model_copy(update={"messages": messages}) \
+                if reuse and same_as is not None else _Envelope.model_validate(data)
             for message in new:
                 _MESSAGE.validate_python(message)
             return request, True

@@ -13,6 +13,7 @@ import operator
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -21,6 +22,7 @@ from starlette.responses import Response
 from tito.parse.stream import Delta
 from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
+from tito.server.growing_body import GrowingBody, Parsed, parse_growing
 from tito.server.http import cancel_on_disconnect, decode_json
 from tito.server.openai.errors import error_body, status_of
 from tito.server.openai.models import (
@@ -200,20 +202,35 @@ def _text_and_calls(event: Delta) -> list[ChoiceDelta]:
 
 
 # -- routes ------------------------------------------------------------------------------
-def decode_chat(body: bytes, known: list[Message], max_depth: int
+@dataclass(frozen=True, slots=True)
+class _LastBody:
+    """A session's last valid chat body: what the next one may extend."""
+
+    parsed: GrowingBody | None
+    request: ChatCompletionRequest
+
+
+def decode_chat(body: bytes, known: list[Message], max_depth: int,
+                api_state: dict[str, Any]
                 ) -> tuple[dict[str, Any], ChatCompletionRequest, list[Message] | None]:
     """JSON body -> (the dict as sent, its validated request, ``known`` when the messages
-    were found to start with it)."""
-    data = decode_json(body)
-    chat, verified = validate_chat(data, known=known, max_depth=max_depth)
-    return data, chat, known if verified else None
+    were found to start with it). A body that extends the session's last one is parsed
+    and validated only past it (:mod:`tito.server.growing_body`); ``api_state``: the
+    session's, where the last body is kept."""
+    last: _LastBody | None = api_state.get("chat_body")
+    parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(
+        raw, "messages", None if last is None else last.parsed))
+    chat, verified = validate_chat(parsed.data, known=known, max_depth=max_depth,
+                                   same_as=last.request if last and parsed.same_rest else None)
+    api_state["chat_body"] = _LastBody(parsed.state, chat)
+    return parsed.data, chat, known if verified else None
 
 
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     known, depth = list(session.messages), gateway.config.max_json_depth
     raw, heavy, (data, chat, prefix) = await read_turn_body(
-        gateway, request, lambda body: decode_chat(body, known, depth))
+        gateway, request, lambda body: decode_chat(body, known, depth, session.api_state))
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     response_id = f"chatcmpl-{os.urandom(16).hex()}"
     if chat.stream:

@@ -1,0 +1,257 @@
+"""parse_growing: exactly orjson.loads, in O(new bytes) when a body extends the previous."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tito.server.growing_body import GrowingBody, parse_growing
+
+KEY = "messages"
+
+
+def same_as_orjson(body: bytes, state: GrowingBody | None) -> tuple[Any, GrowingBody | None,
+                                                                    int]:
+    """parse_growing(body) next to orjson.loads(body): same value (key order included) or
+    the same error."""
+    try:
+        want = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        with pytest.raises(orjson.JSONDecodeError):
+            parse_growing(body, KEY, state)
+        return None, state, -1
+    got = parse_growing(body, KEY, state)
+    assert got.data == want
+    assert type(got.data) is type(want)
+    if isinstance(want, dict):
+        assert list(got.data) == list(want)
+    return got.data, got.state, got.extended
+
+
+def dumps(obj: Any, style: int) -> bytes:
+    if style == 0:
+        return orjson.dumps(obj)
+    if style == 1:  # the OpenAI SDK's httpx: json.dumps defaults
+        return json.dumps(obj).encode()
+    if style == 2:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(obj, indent=1).encode()
+
+
+def sdk_body(messages: list[dict[str, Any]], **rest: Any) -> bytes:
+    return json.dumps({"messages": messages, **rest}).encode()
+
+
+def test_a_growing_history_is_parsed_from_the_previous_body() -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi é \u2028 \"q\""}]
+    state = None
+    extended = []
+    for turn in range(6):
+        data, state, n = same_as_orjson(sdk_body(messages, model="m", max_tokens=8), state)
+        extended.append(n)
+        messages += [{"role": "assistant", "content": f"a{turn}"},
+                     {"role": "tool", "content": "x" * turn, "tool_call_id": str(turn)}]
+    assert extended == [0, 1, 3, 5, 7, 9]
+
+
+def test_the_earlier_elements_are_last_turns_objects_and_the_rest_is_fresh() -> None:
+    first = parse_growing(sdk_body([{"role": "user", "content": "a"}], model="m"), KEY, None)
+    second = parse_growing(sdk_body([{"role": "user", "content": "a"},
+                                     {"role": "user", "content": "b"}], model="m"),
+                           KEY, first.state)
+    assert second.extended == 1 and second.same_rest
+    assert second.data[KEY][0] is first.data[KEY][0]
+    assert second.data[KEY] is not first.data[KEY]  # the caller's list is its own
+    second.data[KEY].append("mutated")
+    second.data["model"] = "mutated"
+    third = parse_growing(sdk_body([{"role": "user", "content": "a"},
+                                    {"role": "user", "content": "b"}], model="m"),
+                          KEY, second.state)
+    assert third.data == {KEY: [{"role": "user", "content": "a"},
+                                {"role": "user", "content": "b"}], "model": "m"}
+
+
+def test_other_members_may_change_and_come_before_the_array() -> None:
+    base = [{"role": "user", "content": "a"}]
+    first = parse_growing(json.dumps({"model": "m", KEY: base, "max_tokens": 5}).encode(),
+                          KEY, None)
+    body = json.dumps({"model": "m", KEY: [*base, {"role": "user", "content": "b"}],
+                       "max_tokens": 9, "stream": False}).encode()
+    second = parse_growing(body, KEY, first.state)
+    assert second.extended == 1 and not second.same_rest
+    assert second.data == orjson.loads(body) and list(second.data) == list(orjson.loads(body))
+
+
+def prefix_state() -> tuple[bytes, GrowingBody]:
+    body = sdk_body([{"role": "user", "content": "a"}], model="m")
+    parsed = parse_growing(body, KEY, None)
+    assert parsed.state is not None
+    return parsed.state.head, parsed.state
+
+
+@pytest.mark.parametrize("rest", [
+    b"]}",
+    b' , {"role": "user"}]}',
+    b', {"role": "user"},]}',  # trailing comma in the array
+    b', {"role": "user"}], }',  # trailing comma in the object
+    b', {"role": "user"}],}',
+    b', NaN], "model": "m"}',
+    b', "\\ud800"], "model": "m"}',  # a lone surrogate: orjson refuses it
+    b', "\xff"], "model": "m"}',  # invalid UTF-8
+    b', 1e400], "model": "m"}',
+    b', 123456789012345678901234567890], "model": "m"}',
+    b', {"a": 1, "a": 2}], "model": "m"}',  # a duplicate inside an element is orjson's
+    b', {"role": "user"}], "model": "m", "messages": []}',  # the array again
+    b', {"role": "user"}], "model": "m", "\\u006dessages": []}',  # escaped
+    b', {"role": "user"}], "model": "n"}',
+    b', {"role": "user"}], "model": "m"} extra',
+    b', {"role": "user"}], "model": "m"}\n  ',
+    b', {"role": "user"}], "model": "m"',  # truncated
+    b', {"role": "user"}',
+    b', [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "model": "m"}',
+    b' ] ,"model":"m"}',
+    b',], "model": "m"}',
+    b', ], "model": "m"}',
+    b',, {}], "model": "m"}',
+    b', {"a": "], \\"model\\": \\"m\\"}"}], "model": "m"}',  # the tail inside a string
+    b', "x"] ], "model": "m"}',
+    b', {"b": [1, 2], "model": "m"}',
+    b'] , "x": 1, "model": "m"}',
+])
+def test_anything_after_the_known_head_parses_as_orjson_does(rest: bytes) -> None:
+    head, state = prefix_state()
+    same_as_orjson(head + rest, state)
+
+
+def test_a_member_before_the_array_repeated_after_it_is_orjsons_choice() -> None:
+    first = parse_growing(b'{"model": "m", "messages": [1]}', KEY, None)
+    body = b'{"model": "m", "messages": [1, 2], "model": "n"}'
+    got = parse_growing(body, KEY, first.state)
+    assert got.data == orjson.loads(body) == {"model": "n", "messages": [1, 2]}
+
+
+@pytest.mark.parametrize("body", [
+    b'{"messages": [1], "messages": [2]}',  # duplicate member: no state
+    b'{"messages": []}',
+    b'{"messages": "x"}',
+    b'[1, 2]',
+    b'{"other": [1]}',
+])
+def test_bodies_without_a_growing_array_keep_no_state(body: bytes) -> None:
+    parsed = parse_growing(body, KEY, None)
+    assert parsed.data == orjson.loads(body) and parsed.state is None
+
+
+def test_a_rewritten_history_is_parsed_whole_and_becomes_the_state() -> None:
+    first = parse_growing(sdk_body([{"role": "user", "content": "a"}, {"role": "user",
+                                                                      "content": "b"}]),
+                          KEY, None)
+    rolled = sdk_body([{"role": "user", "content": "a"}, {"role": "user", "content": "c"}])
+    second = parse_growing(rolled, KEY, first.state)
+    assert second.extended == 0 and second.data == orjson.loads(rolled)
+    third = parse_growing(sdk_body([{"role": "user", "content": "a"},
+                                    {"role": "user", "content": "c"}, {"role": "user"}]),
+                          KEY, second.state)
+    assert third.extended == 2
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=12)
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                    st.floats(allow_nan=False, allow_infinity=False), _text)
+_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(_text, inner, max_size=3), max_leaves=8)
+_message = st.dictionaries(_text, _value, max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.lists(_message, min_size=1, max_size=3),
+       steps=st.lists(st.tuples(st.integers(0, 3), st.lists(_message, max_size=3),
+                                st.dictionaries(st.sampled_from(["model", "n", "x", "é"]),
+                                                _value, max_size=2),
+                                st.integers(0, 3), st.booleans()), max_size=6),
+       before=st.booleans())
+def test_any_sequence_of_bodies_parses_as_orjson_does(
+        first: list[Any], steps: list[tuple[int, list[Any], dict[str, Any], int, bool]],
+        before: bool) -> None:
+    messages = list(first)
+    state: GrowingBody | None = None
+    last: tuple[int, bool, dict[str, Any], int] | None = None
+    for drop, appended, rest, style, lead in [(0, [], {}, 0, before), *steps]:
+        if drop:
+            messages = messages[:-drop] or messages[:1]
+        messages += appended
+        obj = {**rest, KEY: messages} if lead else {KEY: messages, **rest}
+        known = state is not None and bool(state.head)  # not backing off after misses
+        _, state, extended = same_as_orjson(dumps(obj, style), state)
+        if known and last is not None and not drop and last[:2] == (style, lead) \
+                and (not lead or dumps(rest, style) == dumps(last[2], style)):
+            assert extended == last[3]  # the same serializer extended the same history
+        last = (style, lead, rest, len(messages))
+
+
+def test_a_client_that_rewrites_its_history_every_turn_stops_paying_for_the_state() -> None:
+    state: GrowingBody | None = None
+    established = []
+    for turn in range(18):  # the first message changes every turn: nothing ever extends
+        body = sdk_body([{"role": "user", "content": f"v{turn}"}, {"role": "user"}])
+        _, state, extended = same_as_orjson(body, state)
+        assert extended == 0 and state is not None
+        established.append(bool(state.head))
+    assert established == [True, True, True] + [False] * 5 + [True] + [False] * 7 + [True] \
+        + [False]
+    assert state.misses == 17
+    grown = parse_growing(sdk_body([{"role": "user", "content": "v16"}, {"role": "user"},
+                                    {"role": "user"}]), KEY, None)
+    assert grown.state is not None and grown.state.misses == 0
+
+
+# -- the Chat Completions decode over it ---------------------------------------------------
+def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any:
+    """decode_chat with the session's state and with none: the same outcome."""
+    from tito.server.openai.serving import decode_chat
+    from tito.types.errors import BadRequest
+
+    try:
+        fresh = decode_chat(body, known, 64, {})
+    except BadRequest as exc:
+        with pytest.raises(BadRequest) as caught:
+            decode_chat(body, known, 64, api_state)
+        assert (caught.value.code, str(caught.value)) == (exc.code, str(exc))
+        return None
+    data, chat, prefix = decode_chat(body, known, 64, api_state)
+    assert data == fresh[0] and list(data) == list(fresh[0])
+    assert chat.model_dump() == fresh[1].model_dump()
+    assert prefix == fresh[2]
+    return data
+
+
+def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
+    api_state: dict[str, Any] = {}
+    messages: list[Any] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    known: list[Any] = []
+    for turn in range(4):
+        body = sdk_body(messages, model="m", max_tokens=8 + (turn == 3), temperature=0.5)
+        data = decode_both(body, known, api_state)
+        known = data["messages"]
+        messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
+                    {"role": "tool", "content": "r", "tool_call_id": "c"}]
+    assert api_state["chat_body"].parsed.head  # the state followed the conversation
+    bad = [*messages, {"role": "robot", "content": "x"}]
+    decode_both(sdk_body(bad, model="m", max_tokens=9, temperature=0.5), known, api_state)
+    decode_both(sdk_body(messages, model="m", max_tokens=0, temperature=0.5), known, api_state)
+    decode_both(sdk_body(messages, model="m", max_tokens=9, temperature=0.5)[:-2], known,
+                api_state)
+    decode_both(sdk_body(messages, model="m", max_tokens=9, temperature=0.5) + b"x", known,
+                api_state)
+    deep: Any = "x"
+    for _ in range(80):
+        deep = [deep]
+    decode_both(sdk_body([*messages, {"role": "user", "content": "q", "extra": deep}],
+                         model="m", max_tokens=9, temperature=0.5), known, api_state)
+    decode_both(sdk_body([*messages, {"role": "user", "content": "q"}], model="m",
+                         max_tokens=9, temperature=0.5), known, api_state)

@@ -1,0 +1,259 @@
+"""Parse a session's request body in O(new bytes) when it extends the previous one.
+
+An agent resends its whole history every turn: turn n's body is turn n-1's with a few
+messages appended, and the SDKs serialize the earlier messages byte for byte the same
+(the OpenAI SDK writes ``{"messages": [...], "model": ...}`` from the same dicts every
+turn). Parsing, comparing and freeing that history again on every turn is the largest
+per-turn cost that grows with the context.
+
+:func:`parse_growing` parses ``body`` to exactly what ``orjson.loads(body)`` returns, but
+when ``body`` starts with the bytes of the previous body up to the end of the last element
+of its array member ``key`` (one ``startswith``), it parses only what follows: the new
+elements and the other members. The earlier elements are the same objects as last turn
+(they are never mutated: the session keeps the client's dicts as sent).
+
+Exactness (every case the fast path is not sure of falls back to ``orjson.loads``):
+
+- the boundary is found once, by walking the top-level object with the standard library's
+  C scanner, on the full parse of a body; a body with a duplicate top-level member keeps
+  no state;
+- the new elements are delimited by that scanner and parsed by ``orjson`` (one call for
+  all of them; a count mismatch or any ``orjson`` error falls back), so the values and the
+  errors are ``orjson``'s own;
+- after the array, the members are parsed by ``orjson`` as an object of their own; one
+  that repeats a member of the known part falls back;
+- invalid UTF-8 or anything unexpected between the tokens falls back.
+
+Pure: no I/O. The state is per session (:attr:`Session.api_state`); a body that does not
+extend it (a rollback, a rewritten history) is parsed whole and becomes the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+_scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner when available
+_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_WS = re.compile(r"[ \t\n\r]*")
+_WS_BYTES = b" \t\n\r"
+_CLOSE, _COMMA = ord("]"), ord(",")
+
+ESTABLISH_MISSES = 2
+"""Bodies in a row that may fail to extend the state and still set up a new one; past
+that, a new one is set up every :data:`RETRY_EVERY` bodies (finding the array's end costs
+about two parses: a client that rewrites its history every turn should not pay it)."""
+RETRY_EVERY = 8
+
+
+def _skip(text: str, i: int) -> int:
+    end = _WS.match(text, i)
+    return i if end is None else end.end()
+
+
+@dataclass(slots=True)
+class GrowingBody:
+    """What a parsed body extends to the next one (never changed once made)."""
+
+    key: str
+    """The growing array member."""
+    head: bytes
+    """The body through the end of the array's last element (empty: none is known, after
+    too many misses)."""
+    items: list[Any]
+    """The array's elements (as ``orjson`` parsed them)."""
+    before: dict[str, Any]
+    """The members before the array, in order."""
+    tail: bytes
+    """The body after the array's closing bracket."""
+    data: dict[str, Any]
+    """The whole parsed body (a copy: what the caller does with its own is not seen)."""
+    misses: int = 0
+    """Bodies in a row that did not extend the state before this one."""
+
+
+@dataclass(slots=True)
+class Parsed:
+    data: Any
+    """``orjson.loads(body)``."""
+    state: GrowingBody | None
+    """For the next body (None: nothing to extend)."""
+    extended: int
+    """How many leading elements were taken from the previous state (0: parsed whole)."""
+    same_rest: bool
+    """Every member other than the array is byte for byte the previous body's."""
+
+
+def parse_growing(body: bytes, key: str, previous: GrowingBody | None) -> Parsed:
+    """``orjson.loads(body)`` (its errors included), in O(new bytes) when ``body`` extends
+    ``previous``; see the module docstring."""
+    if previous is not None and previous.key == key and previous.head \
+            and body.startswith(previous.head):
+        parsed = _extend(body, previous)
+        if parsed is not None:
+            return parsed
+    data = orjson.loads(body)
+    misses = 0 if previous is None else previous.misses + 1
+    if misses > ESTABLISH_MISSES and misses % RETRY_EVERY:
+        return Parsed(data, GrowingBody(key, b"", [], {}, b"", {}, misses), 0, False)
+    state = _establish(body, key, data)
+    return Parsed(data, None if state is None else replace(state, misses=misses), 0, False)
+
+
+def _extend(body: bytes, prev: GrowingBody) -> Parsed | None:
+    rest = body[len(prev.head):]
+    tail = prev.tail
+    close = len(rest) - len(tail) - 1  # where the array's "]" is when the rest is unchanged
+    if close >= 0 and rest[close] == _CLOSE and rest.endswith(tail):
+        parsed = _extend_same_rest(rest, close, prev)
+        if parsed is not None:
+            return parsed
+    return _extend_scanned(rest, prev)
+
+
+def _extend_same_rest(rest: bytes, close: int, prev: GrowingBody) -> Parsed | None:
+    """``rest`` is ``[, new elements] "]" + prev.tail``: the body is the previous one with
+    elements inserted before its array's end. ``orjson`` parses the new elements as an
+    array of their own; if they are valid, the body's one parse is that (what precedes
+    them and what follows are bytes a parse already accepted in the same places)."""
+    first = 0
+    while rest[first] in _WS_BYTES:
+        first += 1
+    if first == close:  # no new element
+        new: list[Any] = []
+        head = prev.head
+    elif rest[first] == _COMMA:
+        try:  # the elements, their "]" included
+            new = orjson.loads(b"[" + rest[first + 1:close + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not new:  # "[..., ]": a trailing comma
+            return None
+        end = close
+        while rest[end - 1] in _WS_BYTES:
+            end -= 1
+        head = prev.head + rest[:end]
+    else:
+        return None
+    items = prev.items + new
+    data = dict(prev.data)
+    data[prev.key] = list(items)
+    state = GrowingBody(prev.key, head, items, prev.before, prev.tail, dict(data))
+    return Parsed(data, state, len(prev.items), True)
+
+
+def _extend_scanned(raw: bytes, prev: GrowingBody) -> Parsed | None:
+    """Other members changed: the new elements are delimited by the C scanner, and what
+    follows the array is parsed as an object of its own."""
+    try:
+        rest = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    first = last = -1
+    count = 0
+    i = _skip(rest, 0)
+    try:
+        while rest[i] == ",":
+            start = _skip(rest, i + 1)
+            _, last = _scan_value(rest, start)
+            if first < 0:
+                first = start
+            count += 1
+            i = _skip(rest, last)
+        if rest[i] != "]":
+            return None
+    except (IndexError, StopIteration, ValueError, RecursionError):
+        return None
+    try:
+        new = orjson.loads(f"[{rest[first:last]}]") if count else []
+    except orjson.JSONDecodeError:
+        return None
+    after = _members(rest[i + 1:])
+    if len(new) != count or after is None or prev.key in after \
+            or not after.keys().isdisjoint(prev.before):
+        return None
+    items = prev.items + new
+    data = {**prev.before, prev.key: list(items), **after}
+    head = prev.head + rest[:last].encode() if count else prev.head
+    state = GrowingBody(prev.key, head, items, prev.before, rest[i + 1:].encode(), dict(data))
+    return Parsed(data, state, len(prev.items), False)
+
+
+def _members(tail: str) -> dict[str, Any] | None:
+    """The members in ``tail`` (``, "k": v ... }`` or ``}``) as a dict; None if invalid."""
+    i = _skip(tail, 0)
+    if tail.startswith(",", i):
+        i = _skip(tail, i + 1)
+        if not tail.startswith('"', i):  # no trailing comma before "}"
+            return None
+    elif not tail.startswith("}", i):
+        return None
+    try:
+        after = orjson.loads("{" + tail[i:])
+    except orjson.JSONDecodeError:
+        return None
+    return after if isinstance(after, dict) else None
+
+
+def _establish(body: bytes, key: str, data: Any) -> GrowingBody | None:
+    """The state of a fully parsed ``body``: the end of the last element of its top-level
+    ``key`` array, found by walking the object with the C scanner (O(body), once)."""
+    if not (isinstance(data, dict) and isinstance(data.get(key), list) and data[key]):
+        return None
+    text = body.decode()  # orjson accepted it: valid UTF-8
+    try:
+        names, head_end, tail_start = _walk(text, key)
+    except (IndexError, StopIteration, ValueError, RecursionError):
+        return None
+    if head_end <= 0 or len(set(names)) != len(names):
+        return None  # a duplicate member: what it overrides is not worth tracking
+    before = {name: data[name] for name in names[:names.index(key)]}
+    return GrowingBody(key, text[:head_end].encode(), list(data[key]), before,
+                       text[tail_start:].encode(), dict(data))
+
+
+def _walk(text: str, key: str) -> tuple[list[str], int, int]:
+    """(the member names of the object ``text`` in order, the end of the last element of
+    its ``key`` array, the index after that array); ValueError if not an object."""
+    names: list[str] = []
+    head_end = tail_start = -1
+    i = _skip(text, 0)
+    if text[i] != "{":
+        raise ValueError("not an object")
+    i = _skip(text, i + 1)
+    while True:
+        if text[i] != '"':
+            raise ValueError("expected a member name")
+        name, i = _scan_string(text, i + 1)
+        names.append(name)
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise ValueError("expected :")
+        i = _skip(text, i + 1)
+        if name == key and text[i] == "[":
+            head_end, i = _array_end(text, i)
+            tail_start = i
+        else:
+            _, i = _scan_value(text, i)
+        i = _skip(text, i)
+        if text[i] == "}":
+            return names, head_end, tail_start
+        if text[i] != ",":
+            raise ValueError("expected , or }")
+        i = _skip(text, i + 1)
+
+
+def _array_end(text: str, i: int) -> tuple[int, int]:
+    """(end of the last element, index after the ``]``) of the array opening at ``i``."""
+    _, after = _scan_value(text, i)
+    end = after - 1  # at the "]"
+    while text[end - 1] in " \t\n\r":
+        end -= 1
+    return end, after
