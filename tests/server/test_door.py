@@ -124,3 +124,39 @@ async def test_non_json_bodies_are_415(make_gateway: Any, content_type: str) -> 
                              content=b'{"messages": [{"role": "user", "content": "x"}]}',
                              headers={"content-type": "application/json; charset=utf-8"})
         assert ok.status_code == 200
+
+
+def test_the_door_serves_a_turn_route_only_where_the_router_would(make_gateway: Any) -> None:
+    """The door answers the turn routes without the router: for a POST to each, the
+    router's first full match is that same route, and a GET to it is the router's."""
+    from starlette.routing import Match
+
+    from tito.server.app import create_app
+    from tito.server.door import Door
+
+    app = create_app(make_gateway())
+    door = next(m for m in app.user_middleware if m.cls is Door)
+    turn_routes = door.kwargs["turn_routes"]
+    assert {r.path for r in turn_routes} == {
+        "/sessions/{session_id}/v1/chat/completions", "/sessions/{session_id}/v1/messages",
+        "/sessions/{session_id}/v1/messages/count_tokens",
+        "/sessions/{session_id}/v1/responses"}
+    for route in turn_routes:
+        path = route.path.replace("{session_id}", "abc")
+        for method, served in (("POST", True), ("GET", False)):
+            scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+            first = next(r for r in app.routes if r.matches(scope)[0] is Match.FULL)
+            assert (first is route) is served, (method, path)
+
+
+async def test_turn_routes_keep_the_routers_answers_around_them(make_gateway: Any) -> None:
+    async with client(make_gateway) as http:
+        sid = (await http.post("/sessions")).json()["session_id"]
+        wrong_method = await http.get(f"/sessions/{sid}/v1/chat/completions")
+        assert wrong_method.status_code == 404  # the sessions' catch-all, as before
+        assert "error" in wrong_method.json()
+        slash = await http.post(f"/sessions/{sid}/v1/chat/completions/", json={})
+        assert slash.status_code in (307, 404)
+        ok = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                             json={"messages": [{"role": "user", "content": "hi"}]})
+        assert ok.status_code == 200, ok.text

@@ -223,11 +223,12 @@ def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any
             decode_chat(body, known, 64, api_state)
         assert (caught.value.code, str(caught.value)) == (exc.code, str(exc))
         return None
-    data, chat, prefix = decode_chat(body, known, 64, api_state)
-    assert data == fresh[0] and list(data) == list(fresh[0])
-    assert chat.model_dump() == fresh[1].model_dump()
-    assert prefix == fresh[2]
-    return data
+    got = decode_chat(body, known, 64, api_state)
+    assert got.data == fresh.data and list(got.data) == list(fresh.data)
+    assert got.request.model_dump() == fresh.request.model_dump()
+    assert got.stored_prefix == fresh.stored_prefix
+    assert got.developer == fresh.developer
+    return got.data
 
 
 def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
@@ -255,3 +256,24 @@ def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
                          model="m", max_tokens=9, temperature=0.5), known, api_state)
     decode_both(sdk_body([*messages, {"role": "user", "content": "q"}], model="m",
                          max_tokens=9, temperature=0.5), known, api_state)
+
+
+def test_developer_roles_and_a_changed_store_decode_as_without_the_last_body() -> None:
+    api_state: dict[str, Any] = {}
+    messages: list[Any] = [{"role": "user", "content": "u"}]
+    known: list[Any] = []
+    for turn in range(3):
+        data = decode_both(sdk_body(messages, model="m"), known, api_state)
+        known = [*data["messages"], {"role": "assistant", "content": f"a{turn}"}]
+        messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
+                    {"role": "developer" if turn == 1 else "user", "content": "d"}]
+    assert api_state["chat_body"].developer  # a developer message arrived in a new part
+    data = decode_both(sdk_body(messages, model="m"), known, api_state)
+    assert api_state["chat_body"].developer  # and is remembered for the reused part
+    # the store rolled back under the client: a stored message differs now
+    rolled = [dict(m) for m in known]
+    rolled[1] = {"role": "assistant", "content": "other"}
+    decode_both(sdk_body([*messages, {"role": "user"}], model="m"), rolled, api_state)
+    # equal values, other objects: still the same answer
+    copies = [dict(m) for m in known]
+    decode_both(sdk_body([*messages, {"role": "user"}], model="m"), copies, api_state)

@@ -22,7 +22,6 @@ import contextvars
 import errno
 import math
 import time
-import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -446,18 +445,16 @@ class _PoolConnector(aiohttp.TCPConnector):
     hands out was handed out before (a pooled keep-alive connection). Cheaper than an
     aiohttp TraceConfig, which costs ~20 us per request even with one listener."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
-
     async def connect(self, req: ClientRequest, traces: list[Trace],
                       timeout: aiohttp.ClientTimeout) -> Connection:
         conn = await super().connect(req, traces, timeout)
         attempt = _ATTEMPT.get()
         proto = conn.protocol
         if attempt is not None and proto is not None:
-            attempt.reused = proto in self._handed_out
-            self._handed_out.add(proto)
+            # a mark on the connection's protocol object (it has a __dict__): cheaper
+            # than a WeakSet of the handed-out ones, and it goes with the connection
+            attempt.reused = getattr(proto, "_tito_handed_out", False)
+            proto._tito_handed_out = True  # type: ignore[attr-defined]
         return conn
 
 

@@ -45,10 +45,17 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return api_of(request.url.path).error_response(error, exc.status_code)
 
 
+TURN_APIS: tuple[Api, ...] = (openai.API, anthropic.API, responses.API)
+"""The APIs whose POST routes run turns: served by the door without the router."""
+
+
 def create_app(gateway: Gateway) -> Starlette:
-    routes = [route for api in APIS if api is not ui.API or gateway.config.ui
-              for route in api.routes_for(gateway)]
+    by_api = {api.name: api.routes_for(gateway) for api in APIS
+              if api is not ui.API or gateway.config.ui}
+    routes = [route for api_routes in by_api.values() for route in api_routes]
     routes.append(sessions.API.route(gateway, *sessions.CATCH_ALL))
+    turn_routes = [route for api in TURN_APIS for route in by_api[api.name]
+                   if route.methods is not None and "POST" in route.methods]
 
     async def sweep_idle_sessions() -> None:
         period = max(1.0, min(60.0, gateway.store.idle_ttl / 4))
@@ -69,5 +76,6 @@ def create_app(gateway: Gateway) -> Starlette:
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(Door, gateway=gateway, api_of=api_of)],
+                     middleware=[Middleware(Door, gateway=gateway, api_of=api_of,
+                                            turn_routes=turn_routes)],
                      lifespan=lifespan)

@@ -232,11 +232,20 @@ def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
                      encoding)
 
 
+SHORT_PIECE = 24
+"""Ordinary text between added tokens up to this many characters is encoded once and
+kept: a chat template's scaffolding (``"\n"``, ``"user\n"``, ``"assistant\n"``) recurs in
+every turn, and each ``tiktoken`` call costs about a microsecond whatever its length."""
+SHORT_PIECES_KEPT = 4096
+
+
 def _encoder(encoding: Any, added: dict[str, int], *, nfc: bool) -> Encode:
     """Added tokens matched by :func:`added_token_splitter`, the text between them encoded
-    by ``tiktoken`` as ordinary text (what ``encode(allowed_special=...)`` does)."""
+    by ``tiktoken`` as ordinary text (what ``encode(allowed_special=...)`` does); short
+    pieces from a bounded cache."""
     split = added_token_splitter(added)
     ordinary = encoding.encode_ordinary
+    short: dict[str, list[int]] = {}  # never handed out: callers get copies
 
     def encode(text: str) -> list[int]:
         if nfc:
@@ -248,8 +257,15 @@ def _encoder(encoding: Any, added: dict[str, int], *, nfc: bool) -> Encode:
         for i, part in enumerate(parts):
             if i & 1:
                 ids.append(added[part])
-            elif part:
+            elif len(part) > SHORT_PIECE:
                 ids += ordinary(part)
+            elif part:
+                known = short.get(part)
+                if known is None:
+                    known = ordinary(part)
+                    if len(short) < SHORT_PIECES_KEPT:
+                        short[part] = known
+                ids += known
         return ids
 
     return encode

@@ -149,8 +149,8 @@ _MESSAGE = TypeAdapter(ChatMessage)
 
 
 def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
-                  max_depth: int = 64, same_as: ChatCompletionRequest | None = None
-                  ) -> tuple[ChatCompletionRequest, bool]:
+                  max_depth: int = 64, same_as: ChatCompletionRequest | None = None,
+                  equal_prefix: int = 0) -> tuple[ChatCompletionRequest, bool]:
     """Validate a chat request: (the request, whether its messages start with ``known``).
 
     ``known``: the session's stored messages (each validated when it was first sent, or
@@ -160,7 +160,8 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     everything. ``max_depth``: how deeply JSON may nest in any field
     (``--max-json-depth``). ``same_as``: a request this call returned for a body whose
     members other than ``messages`` were byte for byte the same as ``data``'s (see
-    :mod:`tito.server.growing_body`); they are not validated again.
+    :mod:`tito.server.growing_body`); they are not validated again. ``equal_prefix``: how
+    many leading messages are already known to equal ``known``'s (not compared again).
     """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
@@ -170,7 +171,8 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     messages = data.get("messages")
     stored = len(known or ())
     new: list[Any] | None = None  # the messages past the stored prefix, when there is one
-    if stored and isinstance(messages, list) and messages[:stored] == known:
+    if stored and isinstance(messages, list) and len(messages) >= stored and \
+            messages[equal_prefix:stored] == known[equal_prefix:]:  # type: ignore[index]
         new = messages[stored:]
     # the stored prefix was checked when it was first sent, the other members with same_as
     reuse = new is not None and isinstance(same_as, _Envelope)

@@ -59,18 +59,25 @@ so far, whichever is more)."""
 _ROLE = operator.methodcaller("get", "role")
 
 
-def session_messages(data: dict[str, Any]) -> list[Message]:
-    """The client's messages as sent, with ``developer`` read as ``system``."""
+def has_developer(messages: list[Message]) -> bool:
+    return "developer" in map(_ROLE, messages)  # C-level: no Python call per message
+
+
+def session_messages(data: dict[str, Any], developer: bool | None = None) -> list[Message]:
+    """The client's messages as sent, with ``developer`` read as ``system``;
+    ``developer``: whether any message has that role, when known (else they are scanned)."""
     messages: list[Message] = data["messages"]
-    if "developer" not in map(_ROLE, messages):  # C-level: a scan of every message per turn
+    if not (has_developer(messages) if developer is None else developer):
         return messages
     return [{**m, "role": "system"} if m.get("role") == "developer" else m
             for m in messages]
 
 
 def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
-                 stored_prefix: list[Message] | None = None) -> TurnRequest:
-    return TurnRequest(messages=session_messages(data), tools=data.get("tools") or None,
+                 stored_prefix: list[Message] | None = None,
+                 developer: bool | None = None) -> TurnRequest:
+    return TurnRequest(messages=session_messages(data, developer),
+                       tools=data.get("tools") or None,
                        template_kwargs=chat.chat_template_kwargs,
                        stored_prefix=stored_prefix)
 
@@ -208,41 +215,71 @@ class _LastBody:
 
     parsed: GrowingBody | None
     request: ChatCompletionRequest
+    known: list[Message] | None
+    """The stored messages its messages were found to start with (None: they did not)."""
+    developer: bool
+    """Whether any of its messages has the ``developer`` role."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedChat:
+    data: dict[str, Any]
+    """The body as sent."""
+    request: ChatCompletionRequest
+    """Its validated request."""
+    stored_prefix: list[Message] | None
+    """``known`` when the messages were found to start with it."""
+    developer: bool
+    """Whether any message has the ``developer`` role."""
 
 
 def decode_chat(body: bytes, known: list[Message], max_depth: int,
-                api_state: dict[str, Any]
-                ) -> tuple[dict[str, Any], ChatCompletionRequest, list[Message] | None]:
-    """JSON body -> (the dict as sent, its validated request, ``known`` when the messages
-    were found to start with it). A body that extends the session's last one is parsed
-    and validated only past it (:mod:`tito.server.growing_body`); ``api_state``: the
-    session's, where the last body is kept."""
+                api_state: dict[str, Any]) -> DecodedChat:
+    """Parse and validate a chat body. A body that extends the session's last one is
+    parsed and validated only past it (:mod:`tito.server.growing_body`), and its earlier
+    messages, the same objects as last time, are neither compared with ``known`` (the
+    session's stored messages) nor scanned again; ``api_state``: the session's, where the
+    last body is kept."""
     last: _LastBody | None = api_state.get("chat_body")
     parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(
         raw, "messages", None if last is None else last.parsed))
+    reused = parsed.extended if last is not None else 0
+    equal = 0
+    if reused and last is not None and last.known is not None:
+        # the reused messages equalled last.known; still so if the session's stored
+        # messages start with the same (they are the same objects unless it rolled back)
+        equal = min(reused, len(last.known), len(known))
+        if known[:equal] != last.known[:equal]:
+            equal = 0
     chat, verified = validate_chat(parsed.data, known=known, max_depth=max_depth,
-                                   same_as=last.request if last and parsed.same_rest else None)
-    api_state["chat_body"] = _LastBody(parsed.state, chat)
-    return parsed.data, chat, known if verified else None
+                                   same_as=last.request if last and parsed.same_rest else None,
+                                   equal_prefix=equal)
+    messages = parsed.data["messages"]
+    developer = (last.developer or has_developer(messages[reused:])) if reused and last \
+        else has_developer(messages)
+    api_state["chat_body"] = _LastBody(parsed.state, chat, known if verified else None,
+                                       developer)
+    return DecodedChat(parsed.data, chat, known if verified else None, developer)
 
 
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     known, depth = list(session.messages), gateway.config.max_json_depth
-    raw, heavy, (data, chat, prefix) = await read_turn_body(
+    raw, heavy, decoded = await read_turn_body(
         gateway, request, lambda body: decode_chat(body, known, depth, session.api_state))
+    data, chat = decoded.data, decoded.request
+    turn = turn_request(data, chat, decoded.stored_prefix, decoded.developer)
     params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     response_id = f"chatcmpl-{os.urandom(16).hex()}"
     if chat.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
-            gateway, session, turn_request(data, chat, prefix), params, heavy=heavy,
-            response_id=response_id,
+            gateway, session, turn, params, heavy=heavy, response_id=response_id,
             route=route_of(request)))
         include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
         return sse_response(live_events(stream, gateway, response_id, include_usage))
     body = await run_api_turn(
-        gateway, request, session, raw, turn_request(data, chat, prefix), params, heavy=heavy,
-        response_id=response_id, build=lambda outcome: completion(outcome, gateway.model_name))
+        gateway, request, session, raw, turn, params, heavy=heavy, response_id=response_id,
+        build=lambda outcome: completion(outcome, gateway.model_name))
     return reply(body, chat)
 
 
