@@ -73,7 +73,7 @@ def per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: boo
     start = time.perf_counter()
     for body, reply in turns:
         for i, state in enumerate(states):
-            decoded = decode_chat(body, stored[i], 64, state if keep else {})
+            decoded = decode_chat(body, stored[i], 64, state if keep else {}, 1024)
             stored[i] = [*decoded.data["messages"], reply]
     return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
 
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         seq = conversation(turns, args.chars)
         state: dict[str, Any] = {}
         for body, _ in seq:  # both ways decode to the same
-            assert decode_chat(body, [], 64, state).data == decode_chat(body, [], 64, {}).data
+            assert decode_chat(body, [], 64, state, 1024).data == decode_chat(
+                body, [], 64, {}, 1024).data
         whole, grown = [], []
         for _ in range(max(1, args.rounds)):
             whole.append(per_turn(seq, args.sessions, keep=False))

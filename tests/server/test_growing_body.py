@@ -52,7 +52,7 @@ def test_a_growing_history_is_parsed_from_the_previous_body() -> None:
     state = None
     extended = []
     for turn in range(6):
-        data, state, n = same_as_orjson(sdk_body(messages, model="m", max_tokens=8), state)
+        _, state, n = same_as_orjson(sdk_body(messages, model="m", max_tokens=8), state)
         extended.append(n)
         messages += [{"role": "assistant", "content": f"a{turn}"},
                      {"role": "tool", "content": "x" * turn, "tool_call_id": str(turn)}]
@@ -217,17 +217,18 @@ def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any
     from tito.types.errors import BadRequest
 
     try:
-        fresh = decode_chat(body, known, 64, {})
+        fresh = decode_chat(body, known, 64, {}, 1024)
     except BadRequest as exc:
         with pytest.raises(BadRequest) as caught:
-            decode_chat(body, known, 64, api_state)
+            decode_chat(body, known, 64, api_state, 1024)
         assert (caught.value.code, str(caught.value)) == (exc.code, str(exc))
         return None
-    got = decode_chat(body, known, 64, api_state)
+    got = decode_chat(body, known, 64, api_state, 1024)
     assert got.data == fresh.data and list(got.data) == list(fresh.data)
     assert got.request.model_dump() == fresh.request.model_dump()
     assert got.stored_prefix == fresh.stored_prefix
     assert got.developer == fresh.developer
+    assert got.params == fresh.params
     return got.data
 
 

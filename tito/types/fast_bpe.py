@@ -29,6 +29,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 import orjson
@@ -290,7 +291,7 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
 
     def decode(ids: Sequence[int], skip_special: bool) -> str:
         seq = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        kept = [i for i in seq if i not in special_ids] if skip_special else seq
+        kept = list(filterfalse(special_ids.__contains__, seq)) if skip_special else seq
         try:
             raw = encoding.decode_bytes(kept)
         except Exception:

@@ -219,6 +219,8 @@ class _LastBody:
     """The stored messages its messages were found to start with (None: they did not)."""
     developer: bool
     """Whether any of its messages has the ``developer`` role."""
+    params: SamplingParams
+    default_max_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,15 +233,18 @@ class DecodedChat:
     """``known`` when the messages were found to start with it."""
     developer: bool
     """Whether any message has the ``developer`` role."""
+    params: SamplingParams
+    """Its sampling settings (``default_max_tokens`` when it sets no maximum)."""
 
 
 def decode_chat(body: bytes, known: list[Message], max_depth: int,
-                api_state: dict[str, Any]) -> DecodedChat:
+                api_state: dict[str, Any], default_max_tokens: int) -> DecodedChat:
     """Parse and validate a chat body. A body that extends the session's last one is
     parsed and validated only past it (:mod:`tito.server.growing_body`), and its earlier
     messages, the same objects as last time, are neither compared with ``known`` (the
-    session's stored messages) nor scanned again; ``api_state``: the session's, where the
-    last body is kept."""
+    session's stored messages) nor scanned again; when its other members are byte for byte
+    the last body's, so are its request fields and sampling settings. ``api_state``: the
+    session's, where the last body is kept."""
     last: _LastBody | None = api_state.get("chat_body")
     parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(
         raw, "messages", None if last is None else last.parsed))
@@ -257,19 +262,23 @@ def decode_chat(body: bytes, known: list[Message], max_depth: int,
     messages = parsed.data["messages"]
     developer = (last.developer or has_developer(messages[reused:])) if reused and last \
         else has_developer(messages)
+    if last is not None and parsed.same_rest and last.default_max_tokens == default_max_tokens:
+        params = last.params
+    else:
+        params = sampling_params(chat, default_max_tokens=default_max_tokens)
     api_state["chat_body"] = _LastBody(parsed.state, chat, known if verified else None,
-                                       developer)
-    return DecodedChat(parsed.data, chat, known if verified else None, developer)
+                                       developer, params, default_max_tokens)
+    return DecodedChat(parsed.data, chat, known if verified else None, developer, params)
 
 
 async def chat_completions(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     known, depth = list(session.messages), gateway.config.max_json_depth
-    raw, heavy, decoded = await read_turn_body(
-        gateway, request, lambda body: decode_chat(body, known, depth, session.api_state))
-    data, chat = decoded.data, decoded.request
+    default_max_tokens = gateway.config.default_max_tokens
+    raw, heavy, decoded = await read_turn_body(gateway, request, lambda body: decode_chat(
+        body, known, depth, session.api_state, default_max_tokens))
+    data, chat, params = decoded.data, decoded.request, decoded.params
     turn = turn_request(data, chat, decoded.stored_prefix, decoded.developer)
-    params = sampling_params(chat, default_max_tokens=gateway.config.default_max_tokens)
     response_id = f"chatcmpl-{os.urandom(16).hex()}"
     if chat.stream:
         stream = await cancel_on_disconnect(request, open_turn_stream(
