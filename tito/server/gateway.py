@@ -196,10 +196,8 @@ class Gateway:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.workers, functools.partial(fn, *args))
 
-    async def _plan(self, session: Session, request: TurnRequest, heavy: bool
-                    ) -> TurnPlan:
-        if not heavy:
-            return session.plan(request)
+    async def _plan(self, session: Session, request: TurnRequest) -> TurnPlan:
+        """Plan a heavy turn in the worker pool (a light one plans on the loop)."""
         session.begin()  # claimed on the loop: no second turn can start meanwhile
         try:
             return await self.offload(session.prepare, request)
@@ -269,7 +267,7 @@ class Gateway:
         settle its engine request; while the engine is paused, wait (held, not failed)."""
         started = time.perf_counter()
         held = 0.0
-        plan = await self._plan(session, request, heavy)
+        plan = await self._plan(session, request) if heavy else session.plan(request)
         plan.response_id = response_id
         try:
             if self.config.max_prompt_tokens is not None and \
@@ -312,7 +310,10 @@ class Gateway:
             commit = session.prepare_commit(
                 plan, result, output, parsed.to_message(), routed=routed,
                 routed_start=0 if replay is None else replay.start_len, indexer=indexer)
-            await self._store_turn(session, commit, plan)
+            if self.journal is None:
+                session.apply(commit, plan)
+            else:
+                await self._store_turn(session, commit, plan)
             record = commit.record
         self._count_turn(turn, result, engine_done)
         return TurnOutcome(parsed, result, record, len(plan.prompt_ids), plan.response_id)
@@ -403,12 +404,11 @@ class Gateway:
 
     async def _store_turn(self, session: Session, turn: TurnCommit,
                           plan: TurnPlan) -> None:
-        """Apply a prepared turn; with a journal, once it is durable. Not interrupted by a
-        cancellation (a client that leaves now): the turn is finished, then it propagates."""
-        if self.journal is None:
-            session.apply(turn, plan)
-            return
+        """Apply a prepared turn once the journal has it (without a journal the caller
+        applies it at once). Not interrupted by a cancellation (a client that leaves now):
+        the turn is finished, then it propagates."""
         journal = self.journal
+        assert journal is not None
 
         async def store() -> None:
             await journal.turn(session.session_id, turn)

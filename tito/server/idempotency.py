@@ -52,6 +52,11 @@ class RetryKey:
         return cls(key, (len(body), request.scope["path"], xxh3_128_intdigest(body)),
                    count.isdigit() and int(count) > 0)
 
+    @property
+    def may_repeat(self) -> bool:
+        """Whether this request can be a retry at all (a key, or an SDK retry)."""
+        return self.key is not None or self.sdk_retry
+
     def repeats(self, other: RetryKey) -> bool:
         """Whether this request retries ``other`` (KeyReused: same key, other body)."""
         if self.key is not None and self.key == other.key:

@@ -55,7 +55,7 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
     engine request is aborted, nothing is stored)."""
     retry = RetryKey.of(request, raw)
     replies = TurnReplies.of(session)
-    answer = await replies.replay(retry)
+    answer = await replies.replay(retry) if retry.may_repeat else None
     if answer is not None:
         gateway.metrics.inc("idempotent_replays_total")
         return answer
