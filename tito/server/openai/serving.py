@@ -209,9 +209,9 @@ def _text_and_calls(event: Delta) -> list[ChoiceDelta]:
 
 
 # -- routes ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _LastBody:
-    """A session's last valid chat body: what the next one may extend."""
+    """A session's last valid chat body: what the next one may extend (never changed)."""
 
     parsed: GrowingBody | None
     request: ChatCompletionRequest
@@ -223,7 +223,7 @@ class _LastBody:
     default_max_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodedChat:
     data: dict[str, Any]
     """The body as sent."""
