@@ -6,6 +6,7 @@ Not timed: these assert only that the script completes and prints its table(s).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,29 @@ def test_engines_cpu_tiny(tmp_path: Path) -> None:
     out = run_benchmark("engines_cpu.py", "--tokens", "4", "--batches", "1", "--repeat", "1",
                         tmp_path=tmp_path, tokenizer=False, timeout=1200)
     assert "embedded engine vs vLLM-CPU" in out and "startup: embedded" in out
+
+
+def test_chat_decode_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("chat_decode.py", "--sessions", "2", "--turns", "3", "5",
+                        "--rounds", "1", tmp_path=tmp_path, tokenizer=False)
+    assert "decoding a chat body" in out
+    for label in ("whole (µs)", "growing (µs)", "final body"):
+        assert label in out, label
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_gateway_instructions_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("gateway_instructions.py", "--apps", "floor", "--sessions", "2",
+                        "--turns", "2", "--input-tokens", "16", "--output-tokens", "16",
+                        tmp_path=tmp_path, timeout=600)
+    assert "instructions per turn" in out and "floor" in out
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy")
+def test_gateway_overhead_profiles_both_servers(tmp_path: Path) -> None:
+    out = run_benchmark("gateway_overhead.py", "--sessions", "2", "--turns", "3",
+                        "--input-tokens", "16", "--output-tokens", "16", "--repeat", "1",
+                        "--modes", "passthrough,gateway", "--py-spy",
+                        str(tmp_path / "spy.txt"), tmp_path=tmp_path)
+    assert "where the gateway's extra time goes" in out
+    assert (tmp_path / "spy.txt.proxy").is_file()
