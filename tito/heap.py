@@ -8,9 +8,10 @@ nothing: nearly everything a turn allocates is freed by reference counting, and 
 garbage of a whole benchmark run was 225 objects. Full collections also walked the
 startup heap (templates, tokenizer tables, modules: about 68,000 objects) every time.
 
-:func:`tune_for_serving` makes young collections rarer (:data:`YOUNG_THRESHOLD`); :func:`freeze_startup_heap` moves
-what is alive after startup out of every later collection (``gc.freeze``; reference
-counting still frees those objects, only cycles among them would outlive their use).
+:func:`tune_for_serving` makes young collections rarer (:data:`YOUNG_THRESHOLD`);
+:func:`freeze_startup_heap` moves what is alive after startup out of every later
+collection (``gc.freeze``; reference counting still frees those objects, only cycles
+among them would outlive their use).
 Both are process-wide, so only a server's entry point calls them, never a library call or
 a test process. Measured with ``python benchmarks/gateway_overhead.py`` (docs/performance.md).
 """

@@ -41,7 +41,8 @@ import orjson
 
 _scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
     json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner when available
-_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_scan_string: Callable[[str, int], tuple[str, int]] = \
+    json.decoder.scanstring  # type: ignore[attr-defined]
 _WS = re.compile(r"[ \t\n\r]*")
 _WS_BYTES = b" \t\n\r"
 _CLOSE, _COMMA = ord("]"), ord(",")
