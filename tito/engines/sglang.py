@@ -119,10 +119,13 @@ def _well_formed_logprobs(lp: list[Any], output_ids: list[int]) -> list[float] |
     for its output id with a finite logprob <= 0 (up to :data:`LOGPROB_TOLERANCE` of
     rounding; checked in C-level passes); None: check
     entry by entry."""
-    if set(map(type, lp)) != {list} or not set(map(len, lp)) <= {2, 3}:
+    try:  # an entry that is not a list fails one of these, or the comparison below
+        if not set(map(len, lp)) <= {2, 3}:
+            return None
+        tokens = [entry[1] for entry in lp]
+        values = [entry[0] for entry in lp]
+    except (TypeError, KeyError, IndexError):
         return None
-    tokens = [entry[1] for entry in lp]
-    values = [entry[0] for entry in lp]
     if tokens != output_ids or not set(map(type, tokens)) <= _INT:
         return None
     kinds = set(map(type, values))
