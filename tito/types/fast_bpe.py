@@ -235,7 +235,7 @@ def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
 
 SHORT_PIECE = 24
 """Ordinary text between added tokens up to this many characters is encoded once and
-kept: a chat template's scaffolding (``"\n"``, ``"user\n"``, ``"assistant\n"``) recurs in
+kept: a chat template's scaffolding (``"\\n"``, ``"user\\n"``, ``"assistant\\n"``) recurs in
 every turn, and each ``tiktoken`` call costs about a microsecond whatever its length."""
 SHORT_PIECES_KEPT = 4096
 
