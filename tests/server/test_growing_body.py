@@ -59,6 +59,15 @@ def test_a_growing_history_is_parsed_from_the_previous_body() -> None:
     assert extended == [0, 1, 3, 5, 7, 9]
 
 
+def test_the_state_keeps_a_digest_of_the_head_not_its_bytes() -> None:
+    body = sdk_body([{"role": "user", "content": "a"}], model="m")
+    state = parse_growing(body, KEY, None).state
+    assert state is not None and body[:state.head].endswith(b'"a"}')
+    other = body[:state.head].replace(b'"a"', b'"b"') + body[state.head:]
+    assert len(other) == len(body)  # same length, other bytes: not extended
+    assert parse_growing(other, KEY, state).extended == 0
+
+
 def test_the_earlier_elements_are_last_turns_objects_and_the_rest_is_fresh() -> None:
     first = parse_growing(sdk_body([{"role": "user", "content": "a"}], model="m"), KEY, None)
     second = parse_growing(sdk_body([{"role": "user", "content": "a"},
@@ -91,7 +100,7 @@ def prefix_state() -> tuple[bytes, GrowingBody]:
     body = sdk_body([{"role": "user", "content": "a"}], model="m")
     parsed = parse_growing(body, KEY, None)
     assert parsed.state is not None
-    return parsed.state.head, parsed.state
+    return body[:parsed.state.head], parsed.state
 
 
 @pytest.mark.parametrize("rest", [
