@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from xxhash import xxh3_128_intdigest
+from xxhash import xxh3_128, xxh3_128_intdigest
 
 _scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
     json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner when available
@@ -102,12 +102,12 @@ class Parsed:
 def parse_growing(body: bytes, key: str, previous: GrowingBody | None) -> Parsed:
     """``orjson.loads(body)`` (its errors included), in O(new bytes) when ``body`` extends
     ``previous``; see the module docstring."""
-    if previous is not None and previous.key == key and previous.head and \
-            xxh3_128_intdigest(memoryview(body)[:previous.head]) == previous.digest and \
-            len(body) > previous.head:
-        parsed = _extend(body, previous)
-        if parsed is not None:
-            return parsed
+    if previous is not None and previous.key == key and 0 < previous.head < len(body):
+        hasher = xxh3_128(memoryview(body)[:previous.head])  # continued for the new head
+        if hasher.intdigest() == previous.digest:
+            parsed = _extend(body, previous, hasher)
+            if parsed is not None:
+                return parsed
     data = orjson.loads(body)
     misses = 0 if previous is None else previous.misses + 1
     if misses > ESTABLISH_MISSES and misses % RETRY_EVERY:
@@ -116,26 +116,28 @@ def parse_growing(body: bytes, key: str, previous: GrowingBody | None) -> Parsed
     return Parsed(data, None if state is None else replace(state, misses=misses), 0, False)
 
 
-def _extend(body: bytes, prev: GrowingBody) -> Parsed | None:
+def _extend(body: bytes, prev: GrowingBody, hasher: Any) -> Parsed | None:
     rest = body[prev.head:]
     tail = prev.tail
     close = len(rest) - len(tail) - 1  # where the array's "]" is when the rest is unchanged
     if close >= 0 and rest[close] == _CLOSE and rest.endswith(tail):
-        parsed = _extend_same_rest(body, rest, close, prev)
+        parsed = _extend_same_rest(body, rest, close, prev, hasher)
         if parsed is not None:
             return parsed
-    return _extend_scanned(body, rest, prev)
+    return _extend_scanned(body, rest, prev, hasher)
 
 
-def _head(body: bytes, length: int, prev: GrowingBody) -> tuple[int, int]:
-    """(length, digest) of the body through its array's last element."""
+def _head(body: bytes, length: int, prev: GrowingBody, hasher: Any) -> tuple[int, int]:
+    """(length, digest) of the body through its array's last element; ``hasher`` has
+    hashed the previous head's bytes (only the new ones are hashed)."""
     if length == prev.head:
         return prev.head, prev.digest
-    return length, xxh3_128_intdigest(memoryview(body)[:length])
+    hasher.update(memoryview(body)[prev.head:length])
+    return length, hasher.intdigest()
 
 
-def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody
-                      ) -> Parsed | None:
+def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody,
+                      hasher: Any) -> Parsed | None:
     """``rest`` is ``[, new elements] "]" + prev.tail``: the body is the previous one with
     elements inserted before its array's end. ``orjson`` parses the new elements as an
     array of their own; if they are valid, the body's one parse is that (what precedes
@@ -161,12 +163,13 @@ def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody
     items = prev.items + new
     data = dict(prev.data)
     data[prev.key] = list(items)
-    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev), items, prev.before,
-                        prev.tail, dict(data))
+    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev, hasher), items,
+                        prev.before, prev.tail, dict(data))
     return Parsed(data, state, len(prev.items), True)
 
 
-def _extend_scanned(body: bytes, raw: bytes, prev: GrowingBody) -> Parsed | None:
+def _extend_scanned(body: bytes, raw: bytes, prev: GrowingBody, hasher: Any
+                    ) -> Parsed | None:
     """Other members changed: the new elements are delimited by the C scanner, and what
     follows the array is parsed as an object of its own."""
     try:
@@ -199,8 +202,8 @@ def _extend_scanned(body: bytes, raw: bytes, prev: GrowingBody) -> Parsed | None
     items = prev.items + new
     data = {**prev.before, prev.key: list(items), **after}
     end = len(rest[:last].encode()) if count else 0
-    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev), items, prev.before,
-                        rest[i + 1:].encode(), dict(data))
+    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev, hasher), items,
+                        prev.before, rest[i + 1:].encode(), dict(data))
     return Parsed(data, state, len(prev.items), False)
 
 
