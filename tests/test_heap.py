@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import gc
 from tito.heap import YOUNG_THRESHOLD, freeze_startup_heap, tune_for_serving
@@ -29,3 +31,32 @@ def test_serving_settings_make_young_collections_rarer_and_freeze_the_startup_he
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+ARENAS = """
+import ctypes, sys, threading
+from tito.heap import one_malloc_arena
+if sys.argv[1] == "one":
+    assert one_malloc_arena()
+held = []
+def work():
+    held.append([bytearray(200_000 + i) for i in range(20)])  # malloc, not pymalloc
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc arenas")
+def test_one_malloc_arena_keeps_every_thread_in_the_main_arena() -> None:
+    def arenas(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stderr.count("Arena ")
+
+    assert arenas("default") > 1  # glibc's default: the threads get arenas of their own
+    assert arenas("one") == 1

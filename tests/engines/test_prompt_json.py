@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito.engines.prompt_json import PromptJson, prompt_key
+from tito.engines.prompt_json import ENTRIES_PER_REQUEST, MIN_ENTRIES, PromptJson, prompt_key
 
 
 def text_of(ids: list[int]) -> bytes:
@@ -73,6 +73,30 @@ def test_the_byte_budget_evicts_least_recently_used_sessions() -> None:
     too_big = PromptJson(max_bytes=100)
     assert too_big.ids_json("s", ids) == text_of(ids)
     assert len(too_big) == 0 and too_big.nbytes == 0
+
+
+def test_the_entry_budget_follows_the_peak_of_requests_in_flight() -> None:
+    """Idle sessions do not keep their prompt text: only the most recent
+    ``max(MIN_ENTRIES, ENTRIES_PER_REQUEST * peak in flight)`` sessions do."""
+    cache = PromptJson()
+    assert cache.max_entries == MIN_ENTRIES
+    for i in range(MIN_ENTRIES + 10):
+        cache.ids_json(f"s{i}", [1, 2, 3])
+    assert len(cache) == MIN_ENTRIES
+    assert cache.ids_json("s0", [1, 2, 3, 4]) == b"[1,2,3,4]"  # evicted: whole
+    reused = cache.reused
+    assert cache.ids_json(f"s{MIN_ENTRIES + 9}", [1, 2, 3, 5]) == b"[1,2,3,5]"
+    assert cache.reused == reused + 1  # recent: spliced
+    peak = MIN_ENTRIES // ENTRIES_PER_REQUEST + 5
+    for _ in range(peak):
+        cache.begin()
+    for _ in range(peak):
+        cache.end()
+    assert cache.in_flight == 0 and cache.peak_in_flight == peak
+    assert cache.max_entries == ENTRIES_PER_REQUEST * peak  # the peak is kept
+    for i in range(2 * ENTRIES_PER_REQUEST * peak):
+        cache.ids_json(f"t{i}", [7])
+    assert len(cache) == ENTRIES_PER_REQUEST * peak
 
 
 @settings(max_examples=200, deadline=None)

@@ -356,6 +356,48 @@ async def test_a_session_s_next_prompt_is_spliced_onto_the_previous_one(scripted
     assert engine.prompt_json.reused == 1  # the second prompt; the third is a rollback
 
 
+async def test_requests_in_flight_set_the_prompt_cache_budget(scripted: Any) -> None:
+    """Every /generate (answered, refused, streamed) is counted in flight while it runs."""
+    release = asyncio.Event()
+    arrived = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrived
+        body = await request.json()
+        arrived += 1
+        await release.wait()
+        if body["rid"].startswith("bad"):
+            return web.json_response({"error": "no"}, status=400)
+        if body["stream"]:
+            resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b"data: " + orjson.dumps(reply()) + b"\n\ndata: [DONE]\n\n")
+            return resp
+        return web.json_response(reply())
+
+    engine = SGLangEngine(await scripted(handler))
+
+    async def stream(rid: str) -> None:
+        async for _ in engine.generate_stream([1, 2], SamplingParams(max_new_tokens=3), rid):
+            pass
+
+    try:
+        calls = [engine.generate([1, 2], SamplingParams(max_new_tokens=3), f"s{i}_t000000_ab")
+                 for i in range(3)]
+        tasks = [asyncio.ensure_future(c) for c in
+                 [*calls, stream("st_t000000_ab"),
+                  engine.generate([1], SamplingParams(max_new_tokens=3), "bad_t000000_ab")]]
+        while arrived < 5:
+            await asyncio.sleep(0.01)
+        assert engine.prompt_json.in_flight == 5
+        release.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await engine.close()
+    assert isinstance(results[-1], EngineRejected)
+    assert engine.prompt_json.in_flight == 0 and engine.prompt_json.peak_in_flight == 5
+
+
 async def test_connection_refused_is_an_engine_error() -> None:
     sock = bind_tcp("127.0.0.1", 0)
     url = url_of(sock)

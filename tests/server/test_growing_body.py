@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito.server.growing_body import GrowingBody, parse_growing
+from tito.server.growing_body import GrowingBody, parse_growing, same_json, share
 
 KEY = "messages"
 
@@ -219,6 +219,39 @@ def test_a_client_that_rewrites_its_history_every_turn_stops_paying_for_the_stat
     assert grown.state is not None and grown.state.misses == 0
 
 
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ({"a": 1, "b": [1.5, None, True]}, {"a": 1, "b": [1.5, None, True]}, True),
+    ({"a": 1, "b": 2}, {"b": 2, "a": 1}, False),  # equal dicts, another key order
+    ([1], [1.0], False),  # 1 == 1.0
+    ([0.0], [-0.0], False),  # 0.0 == -0.0
+    ([True], [1], False),  # True == 1
+    ({"a": [{"b": "x"}]}, {"a": [{"b": "y"}]}, False),
+    ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
+    ({"a": 1}, {"a": 1, "b": 2}, False),
+    ("é", "é", True),
+])
+def test_same_json_is_equality_of_the_text_orjson_would_write(a: Any, b: Any,
+                                                               same: bool) -> None:
+    assert same_json(a, b) is same
+    assert same_json(b, a) is same
+    assert (orjson.dumps(a) == orjson.dumps(b)) is same
+
+
+def test_an_element_is_shared_only_when_it_is_the_same_json() -> None:
+    body = sdk_body([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}])
+    parsed = parse_growing(body, KEY, None)
+    assert parsed.state is not None
+    ours = {"role": "assistant", "content": "a"}
+    assert not share(parsed, 1, {"content": "a", "role": "assistant"})  # another key order
+    assert share(parsed, 1, ours)
+    assert parsed.data[KEY][1] is ours and parsed.state.items[1] is ours
+    assert parsed.data == orjson.loads(body)
+    nxt = parse_growing(sdk_body([{"role": "user", "content": "u"},
+                                  {"role": "assistant", "content": "a"},
+                                  {"role": "user", "content": "v"}]), KEY, parsed.state)
+    assert nxt.extended == 2 and nxt.data[KEY][1] is ours  # the next turn reuses it
+
+
 # -- the Chat Completions decode over it ---------------------------------------------------
 def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any:
     """decode_chat with the session's state and with none: the same outcome."""
@@ -287,3 +320,27 @@ def test_developer_roles_and_a_changed_store_decode_as_without_the_last_body() -
     # equal values, other objects: still the same answer
     copies = [dict(m) for m in known]
     decode_both(sdk_body([*messages, {"role": "user"}], model="m"), copies, api_state)
+
+
+def test_the_client_s_copy_of_a_stored_reply_gives_way_to_the_stored_one() -> None:
+    """The body state keeps one copy of each message: a reply the client sends back as
+    the same JSON is replaced by the session's own object; any other (extra fields, another
+    key order) stays the client's. The data is still exactly the body's."""
+    from tito.server.openai.serving import decode_chat
+
+    api_state: dict[str, Any] = {}
+    user = {"role": "user", "content": "u"}
+    data = decode_chat(sdk_body([user], model="m"), [], 64, api_state, 16).data
+    stored = [*data["messages"], {"role": "assistant", "content": "a0"}]
+    sent = [user, {"role": "assistant", "content": "a0"}, {"role": "user", "content": "v"}]
+    body = sdk_body(sent, model="m")
+    got = decode_chat(body, stored, 64, api_state, 16)
+    assert got.data == orjson.loads(body) and got.data["messages"][1] is stored[1]
+    assert api_state["chat_body"].parsed.items[1] is stored[1]
+    stored = [*got.data["messages"], {"role": "assistant", "content": "a1", "x": 1.0}]
+    body = sdk_body([*sent, {"role": "assistant", "content": "a1", "x": 1},
+                     {"role": "user", "content": "w"}], model="m")
+    got = decode_chat(body, stored, 64, api_state, 16)
+    assert got.data["messages"][3] is not stored[3]  # 1 == 1.0, but not the same JSON
+    assert type(got.data["messages"][3]["x"]) is int
+    assert got.data["messages"][1] is stored[1]

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from tito.config import ServerConfig
-from tito.heap import freeze_startup_heap, tune_for_serving
+from tito.heap import freeze_startup_heap, one_malloc_arena, tune_for_serving
 from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
@@ -171,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(serve(config_from_args(args)))
+        config = config_from_args(args)
+        if config.engine != "embedded":  # the embedded engine's torch threads keep theirs
+            one_malloc_arena()  # before any thread starts (tito.heap)
+        return asyncio.run(serve(config))
     except TitoError as exc:  # a ConfigError, or a startup check that failed
         print(f"tito serve: {exc.message}", file=sys.stderr)
         return 2

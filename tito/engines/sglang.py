@@ -612,8 +612,8 @@ class SGLangEngine:
         if replay is not None and replay.indexer_topk:
             payload["return_indexer_topk"] = True
         # {"input_ids": [...], "rid": ...}: the ids' text spliced in (O(new ids) a turn)
-        return b"".join((b'{"input_ids":', self.prompt_json.ids_json(prompt_key(rid), input_ids),
-                         b",", memoryview(orjson.dumps(payload, option=_JSON_OPTS))[1:]))
+        return self.prompt_json.payload(prompt_key(rid), input_ids, b'{"input_ids":',
+                                        b"," + orjson.dumps(payload, option=_JSON_OPTS)[1:])
 
     @staticmethod
     def _refusal(status: int, body: bytes) -> EngineError:
@@ -632,10 +632,14 @@ class SGLangEngine:
         replay: ReplayRequest | None = None,
     ) -> GenerateResult:
         start = time.perf_counter()
-        status, body = await self._request(
-            "POST", "/generate", self._generate_payload(input_ids, params, rid, replay,
-                                                        stream=False),
-            headers=routing_headers(rid))
+        self.prompt_json.begin()
+        try:
+            status, body = await self._request(
+                "POST", "/generate", self._generate_payload(input_ids, params, rid, replay,
+                                                            stream=False),
+                headers=routing_headers(rid))
+        finally:
+            self.prompt_json.end()
         if status != 200:
             raise self._refusal(status, body)
         try:
@@ -663,6 +667,7 @@ class SGLangEngine:
         start = time.perf_counter()
         body = self._generate_payload(input_ids, params, rid, replay, stream=True)
         path = "/generate"
+        self.prompt_json.begin()
         try:
             async with self._client().post(self.url + path, data=body,
                                            headers=routing_headers(rid),
@@ -688,6 +693,8 @@ class SGLangEngine:
             raise self._timed_out(path, self._timeout) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise self._transport_error(path, exc) from exc
+        finally:
+            self.prompt_json.end()
         raise protocol_error(f"the stream of {rid} ended without a finish_reason")
 
     # -- information -------------------------------------------------------------------

@@ -138,8 +138,8 @@ class VLLMEngine:
             payload["stream_options"] = {"include_usage": True}
         if replay is not None and replay.routed_experts:
             payload["routed_experts_prompt_start"] = replay.start_len
-        return b"".join((b'{"prompt":', self.prompt_json.ids_json(prompt_key(rid), input_ids),
-                         b",", memoryview(orjson.dumps(payload))[1:]))
+        return self.prompt_json.payload(prompt_key(rid), input_ids, b'{"prompt":',
+                                        b"," + orjson.dumps(payload)[1:])
 
     @staticmethod
     def _refusal(status: int, body: bytes) -> EngineError:
@@ -158,9 +158,13 @@ class VLLMEngine:
                        replay: ReplayRequest | None = None) -> GenerateResult:
         await self._models()
         start = time.perf_counter()
-        status, body = await self._call(
-            "POST", "/v1/completions", self._payload(input_ids, params, rid, replay,
-                                                     stream=False))
+        self.prompt_json.begin()
+        try:
+            status, body = await self._call(
+                "POST", "/v1/completions", self._payload(input_ids, params, rid, replay,
+                                                         stream=False))
+        finally:
+            self.prompt_json.end()
         if status != 200:
             raise self._refusal(status, body)
         try:
@@ -182,6 +186,7 @@ class VLLMEngine:
         logprobs: list[float] = []
         finish: dict[str, Any] | None = None
         usage: dict[str, Any] | None = None
+        self.prompt_json.begin()
         try:
             async with self._client().post(self.url + "/v1/completions",
                                            data=payload,
@@ -209,6 +214,8 @@ class VLLMEngine:
         except (aiohttp.ClientError, OSError) as exc:
             raise EngineUnreachable(f"engine transport error on {self.url}/v1/completions: "
                                     f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.prompt_json.end()
         if finish is None:
             raise _protocol(f"the stream of {rid} ended without a finish_reason")
         result = self._result(ids, logprobs, finish, usage, len(input_ids), start)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -114,6 +115,41 @@ def parse_growing(body: bytes, key: str, previous: GrowingBody | None) -> Parsed
         return Parsed(data, GrowingBody(key, 0, 0, [], {}, b"", {}, misses), 0, False)
     state = _establish(body, key, data)
     return Parsed(data, None if state is None else replace(state, misses=misses), 0, False)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same JSON value with the same Python types and the
+    same key order: what ``orjson.loads`` would give for either's text (``1 == 1.0``,
+    ``0.0 == -0.0`` and dicts that differ in key order are not the same here)."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return len(a) == len(b) and all(
+            ka == kb and same_json(va, vb)
+            for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True))
+    if kind is list:
+        return len(a) == len(b) and all(map(same_json, a, b))
+    if kind is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
+def share(parsed: Parsed, index: int, value: Any) -> bool:
+    """Put ``value`` in place of the array's element ``index``, in the parsed data and in
+    the state, when it is the same JSON (:func:`same_json`): e.g. a session's own copy of
+    a message the client sent back, so that the state keeps no second copy. The data stays
+    exactly what ``orjson.loads`` gave. False (nothing changed) when it is not the same."""
+    state = parsed.state
+    if state is None or not same_json(state.items[index], value):
+        return False
+    state.items[index] = value
+    data = parsed.data[state.key]
+    if data[index] is not value:
+        data[index] = value
+    return True
 
 
 def _extend(body: bytes, prev: GrowingBody, hasher: Any) -> Parsed | None:

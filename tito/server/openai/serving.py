@@ -22,7 +22,7 @@ from starlette.responses import Response
 from tito.parse.stream import Delta
 from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.growing_body import GrowingBody, Parsed, parse_growing
+from tito.server.growing_body import GrowingBody, Parsed, parse_growing, share
 from tito.server.http import cancel_on_disconnect, decode_json
 from tito.server.openai.errors import error_body, status_of
 from tito.server.openai.models import (
@@ -260,6 +260,12 @@ def decode_chat(body: bytes, known: list[Message], max_depth: int,
                                    same_as=last.request if last and parsed.same_rest else None,
                                    equal_prefix=equal)
     messages = parsed.data["messages"]
+    if verified and parsed.state is not None:
+        # the client's copies of stored messages (the replies it sends back) give way to
+        # the stored objects when they are the same JSON: the state keeps one copy
+        for i in range(reused, min(len(messages), len(known))):
+            if messages[i] is not known[i]:
+                share(parsed, i, known[i])
     developer = (last.developer or has_developer(messages[reused:])) if reused and last \
         else has_developer(messages)
     if last is not None and parsed.same_rest and last.default_max_tokens == default_max_tokens:
