@@ -229,12 +229,14 @@ def test_a_client_that_rewrites_its_history_every_turn_stops_paying_for_the_stat
     ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
     ({"a": 1}, {"a": 1, "b": 2}, False),
     ("é", "é", True),
+    ([[1]], [(1,)], False),  # a tuple is written as an array, but is not a list
+    ({"a": None}, {"a": float("nan")}, False),  # NaN is written as null
+    ({"a": 2**70}, {"a": 2**70}, False),  # orjson cannot write it: never a parsed value
 ])
 def test_same_json_is_equality_of_the_text_orjson_would_write(a: Any, b: Any,
                                                                same: bool) -> None:
     assert same_json(a, b) is same
     assert same_json(b, a) is same
-    assert (orjson.dumps(a) == orjson.dumps(b)) is same
 
 
 def test_an_element_is_shared_only_when_it_is_the_same_json() -> None:
