@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tokenizers
@@ -119,3 +120,53 @@ def test_added_tokens_split_leftmost_longest() -> None:
        st.text(alphabet="<>|abc", max_size=30))
 def test_added_token_splitter_matches_the_reference(tokens: list[str], text: str) -> None:
     assert added_token_splitter(tokens)(text) == leftmost_longest(tokens, text)
+
+
+PLAIN_PIECES = st.sampled_from([" ", "\t", "\n", "\r", "\x0b", "\x0c", "'s", "'LL", "123",
+                                 "a", "Zz", ".", "!?", "{}", "x  y", "\n\n", " \n", "é"])
+PLAIN_TEXT = st.lists(st.one_of(st.text(st.characters(max_codepoint=127), max_size=12),
+                                PLAIN_PIECES), max_size=12).map("".join)
+
+
+_PLAIN: dict[str, Any] = {}
+
+
+def plain_of(name: str) -> Any:
+    """The fixture's lookahead-free encoding, built as fast_codec builds it."""
+    import tiktoken
+
+    from tito.types.fast_bpe import _plain_encoding
+
+    if name not in _PLAIN:
+        _, fast = pair(name)
+        assert fast is not None
+        full = fast.encoding
+        _PLAIN[name] = _plain_encoding(tiktoken, full, full._pat_str,
+                                       full._mergeable_ranks, full._special_tokens)
+    return _PLAIN[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ELIGIBLE)
+@settings(max_examples=300, deadline=None)
+@given(text=PLAIN_TEXT)
+def test_plain_texts_encode_alike_without_the_lookahead(name: str, text: str) -> None:
+    """The lookahead-free encoding is used only where it gives the full pattern's ids; the
+    whole encoder still gives the original's."""
+    from tito.types.fast_bpe import _plain
+
+    backend, fast = pair(name)
+    assert fast is not None
+    full, plain = fast.encoding, plain_of(name)
+    assert plain is not None  # every eligible fixture's pattern ends with the lookahead
+    if _plain(text):
+        assert plain.encode_ordinary(text) == full.encode_ordinary(text)
+    assert fast.encode(text) == backend.encode(text, add_special_tokens=False).ids
+
+
+def test_plain_means_ascii_without_a_whitespace_run() -> None:
+    from tito.types.fast_bpe import _plain
+
+    assert _plain("the quick brown fox.\nIt ran: 3 times!\t(ok) \x00 ")
+    for text in ("a  b", "a\n\nb", "a \nb", "a\t b", "end\r\n", "caf\u00e9", "a\u00a0b"):
+        assert not _plain(text), text
