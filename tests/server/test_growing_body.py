@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito.server.growing_body import GrowingBody, parse_growing, same_json, share
+from tito.server.growing_body import (
+    ESTABLISH_MISSES,
+    GrowingBody,
+    parse_growing,
+    same_json,
+    share,
+)
 
 KEY = "messages"
 
@@ -346,3 +352,22 @@ def test_the_client_s_copy_of_a_stored_reply_gives_way_to_the_stored_one() -> No
     assert got.data["messages"][3] is not stored[3]  # 1 == 1.0, but not the same JSON
     assert type(got.data["messages"][3]["x"]) is int
     assert got.data["messages"][1] is stored[1]
+
+
+def test_a_client_that_never_extends_its_body_is_decoded_after_the_back_off() -> None:
+    """Bodies serialized differently every turn (the state backs off and keeps no
+    elements) still decode, their stored replies left as the client's."""
+    from tito.server.openai.serving import decode_chat
+
+    api_state: dict[str, Any] = {}
+    messages: list[Any] = [{"role": "user", "content": "u"}]
+    known: list[Any] = []
+    for turn in range(ESTABLISH_MISSES + 4):
+        body = json.dumps({"messages": messages, "model": "m"}, indent=turn % 3 or None,
+                          separators=None if turn % 2 else (",", ":")).encode()
+        got = decode_chat(body, known, 64, api_state, 16)
+        assert got.data == orjson.loads(body)
+        known = [*got.data["messages"], {"role": "assistant", "content": f"a{turn}"}]
+        messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
+                    {"role": "user", "content": f"q{turn}"}]
+    assert api_state["chat_body"].parsed.misses > ESTABLISH_MISSES

@@ -137,8 +137,8 @@ def share(parsed: Parsed, index: int, value: Any) -> bool:
     a message the client sent back, so that the state keeps no second copy. The data stays
     exactly what ``orjson.loads`` gave. False (nothing changed) when it is not the same."""
     state = parsed.state
-    if state is None or not same_json(state.items[index], value):
-        return False
+    if state is None or index >= len(state.items) or not same_json(state.items[index], value):
+        return False  # (a state that backs off after misses keeps no elements)
     state.items[index] = value
     data = parsed.data[state.key]
     if data[index] is not value:
