@@ -87,7 +87,8 @@ def test_memory_tiny(tmp_path: Path) -> None:
     out = run_benchmark("memory.py", "--sessions", "4", "--turns", "2", "--input-tokens", "32",
                         "--output-tokens", "32", "--samples", "2", "--inprocess-sessions", "2",
                         "--long-turns", "3", tmp_path=tmp_path)
-    for label in ("RSS per stored token", "bytes per stored token by owner",
+    for label in ("RSS per stored token", "marginal bytes per stored token",
+                  "bytes per stored token by owner",
                   "samples payload", "GET /sessions/<id> body size"):
         assert label in out, label
 
