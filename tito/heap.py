@@ -15,13 +15,14 @@ among them would outlive their use).
 :func:`one_malloc_arena` keeps every thread's ``malloc`` in the main arena. The gateway's
 startup runs partly in threads (the engine client and the fast encoder's tables are built
 off the event loop); with glibc's default of one arena per thread, what those threads
-allocate and free stays in arenas the event loop's thread never uses, and every session
-then takes fresh pages. In one arena the sessions reuse that freed memory:
-``benchmarks/memory.py`` measured 21.1 against 16.3 bytes of RSS per stored token (RSS
-after the run 421 against 350 MiB). The threads rarely run Python at once (the GIL), and
-most of their ``malloc`` calls are served by glibc's per-thread caches, so one lock costs
-nothing measurable. ``tito serve`` with the embedded engine keeps glibc's default: its
-model's threads allocate tensors in parallel.
+allocate and free stays in arenas the event loop's thread never uses, resident and idle.
+In one arena the sessions reuse that freed memory first: a fixed saving, not a per-token
+one (``benchmarks/memory.py``: RSS after 1,000 sessions 421 against 350 MiB, which that
+benchmark's growth figure shows as 21.1 against 16.3 bytes per stored token). The
+threads rarely run Python at once (the GIL), and most of their ``malloc`` calls are
+served by glibc's per-thread caches, so one lock costs nothing measurable. ``tito
+serve`` with the embedded engine keeps glibc's default: its model's threads allocate
+tensors in parallel.
 
 All three are process-wide, so only a server's entry point calls them, never a library
 call or a test process. Measured with ``python benchmarks/gateway_overhead.py`` and

@@ -34,7 +34,7 @@ DEFAULT_MAX_BYTES = 64 << 20
 """The cache's budget: 64 MiB holds ~6 million prompt tokens (e.g. 200 sessions of 30k)."""
 
 MIN_ENTRIES = 64
-"""The entry budget while fewer than 16 requests have been in flight at once."""
+"""The entry budget until the peak in flight passes ``MIN_ENTRIES / ENTRIES_PER_REQUEST``."""
 
 ENTRIES_PER_REQUEST = 2
 """Entries kept per request in flight at the peak: room for the sessions between turns
