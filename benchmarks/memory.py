@@ -127,7 +127,10 @@ def in_process_breakdown(tokenizer: Path, wl: Any, sessions: int) -> dict[str, f
     tokens = sum(s.num_tokens for s in kept)
     output_tokens = sum(len(r.output_ids) for s in kept for r in s.records)
     snapshot = sum(s.snapshot.nbytes for s in kept)
-    ids = sum(r.bridge_ids.nbytes + r.output_ids.nbytes for s in kept for r in s.records)
+    # a record's ids are views of its session's snapshot (qwen3 has no trailing trim);
+    # only ids that are not are stored twice
+    ids = sum(a.nbytes for s in kept for r in s.records for a in (r.bridge_ids, r.output_ids)
+              if a.base is not s.snapshot.storage)
     logprobs = sum(r.logprobs.nbytes for s in kept for r in s.records)
     messages = sum(deep_size(s.messages) for s in kept)
     arrays = 3 * sum(len(s.records) for s in kept)
@@ -137,8 +140,9 @@ def in_process_breakdown(tokenizer: Path, wl: Any, sessions: int) -> dict[str, f
         "tokens": tokens,
         "output_tokens": output_tokens,
         "total": total / tokens,
-        "snapshot (IdBuffer, int32, with growth slack)": snapshot / tokens,
-        "record ids (bridge + output, int32)": ids / tokens,
+        "snapshot (IdBuffer, int32, with growth slack; the records view it)":
+            snapshot / tokens,
+        "record ids outside the snapshot (int32)": ids / tokens,
         "record logprobs (float32, output only)": logprobs / tokens,
         "numpy array headers (3 per record)": array_headers / tokens,
         "stored messages (dicts + text)": messages / tokens,

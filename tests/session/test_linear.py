@@ -195,3 +195,75 @@ def test_a_prefix_checked_upstream_plans_like_a_full_comparison(
     stale = s.plan(TurnRequest(messages=request, stored_prefix=known))
     s.release(stale)
     assert stale.rolled_back == 1 and stale.keep_records == 2  # the retry is undone
+
+
+def _views_storage(session: LinearSession) -> bool:
+    storage = session.snapshot.storage
+    return all(a.base is storage for r in session.records for a in (r.bridge_ids, r.output_ids))
+
+
+def test_records_view_the_snapshot_so_each_id_is_stored_once(
+        renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    assert _views_storage(s)
+    assert snapshot_ids(s.records).tolist() == s.snapshot.view().tolist()
+    # the ids of each record are the ones the engine returned and the bridge computed
+    assert s.records[0].output_ids.tolist() == renderer.render_completion(history[1])
+    assert s.ids_nbytes == s.snapshot.storage.nbytes
+
+
+def test_records_follow_the_snapshot_when_it_grows(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    messages: list[dict] = [U1]
+    storages = set()
+    expected: list[list[int]] = []
+    for k in range(12):
+        reply = {"role": "assistant", "content": f"answer {k} " + "word " * 40}
+        messages.append(generate(s, messages, reply))
+        expected.append(renderer.render_completion(reply))
+        messages.append({"role": "user", "content": f"more {k}"})
+        storages.add(id(s.snapshot.storage))
+        assert _views_storage(s)  # after every growth too: no old storage kept alive
+    assert len(storages) > 2
+    assert [r.output_ids.tolist() for r in s.records] == expected
+    assert snapshot_ids(s.records).tolist() == s.snapshot.view().tolist()
+
+
+def test_a_rollback_moves_the_kept_records_to_the_new_snapshot(
+        renderer: TemplateRenderer) -> None:
+    s, history = three_turns(renderer)
+    old = s.snapshot.storage
+    kept = [r.output_ids.tolist() for r in s.records[:2]]
+    generate(s, [*history[:4], {"role": "user", "content": "three, again"}],
+             {"role": "assistant", "content": "A3b"})
+    assert s.snapshot.storage is not old and _views_storage(s)
+    assert [r.output_ids.tolist() for r in s.records[:2]] == kept
+    assert snapshot_ids(s.records).tolist() == s.snapshot.view().tolist()
+
+
+def test_a_replayed_session_views_its_rebuilt_snapshot(renderer: TemplateRenderer) -> None:
+    s, _ = three_turns(renderer)
+    copy_of = LinearSession("s", renderer, strict)
+    for rec in s.records:  # as the journal replays: records with their own arrays
+        rec_copy = copy.copy(rec)
+        rec_copy.bridge_ids, rec_copy.output_ids = rec.bridge_ids.copy(), rec.output_ids.copy()
+        copy_of.records.append(rec_copy)
+    copy_of.rebuild_snapshot()
+    assert _views_storage(copy_of)
+    assert copy_of.snapshot.view().tolist() == s.snapshot.view().tolist()
+
+
+def test_a_family_with_a_trailing_trim_keeps_its_own_ids() -> None:
+    """GLM drops the stored stop id when the next turn opens (it doubles as the opener):
+    the snapshot is truncated in place, so records must not view it."""
+    glm = build_renderer("glm47", "standin")  # the stand-in tokenizer (no GLM vocabulary)
+    s = LinearSession("s", glm, strict)
+    a1 = generate(s, [U1], {"role": "assistant", "content": "A1"})
+    first = s.records[0].output_ids.tolist()
+    generate(s, [U1, a1, U2], {"role": "assistant", "content": "A2"})
+    assert s.records[1].drop == 1
+    storage = s.snapshot.storage
+    assert not any(a.base is storage for r in s.records for a in (r.bridge_ids, r.output_ids))
+    assert s.records[0].output_ids.tolist() == first  # its stop id, trimmed in the snapshot
+    assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
+    assert s.ids_nbytes == sum(r.bridge_ids.nbytes + r.output_ids.nbytes for r in s.records)

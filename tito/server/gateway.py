@@ -362,15 +362,21 @@ class Gateway:
 
     def stored_sizes(self) -> dict[str, float]:
         """What the live sessions hold: token ids (of their active paths), and the bytes of
-        their records' ids, logprobs and routing rows (gauges of ``/metrics``). Walks every
+        their stored ids (a v1 session of a family without trailing trim keeps them once,
+        in its snapshot), logprobs and routing rows (gauges of ``/metrics``). Walks every
         live record: run it in the worker pool."""
         tokens = stored = routing = 0
         for session in self.store.values():
             tokens += session.num_tokens
-            records = [n.record for n in session.nodes] if isinstance(session, TreeSession) \
-                else session.records
+            if isinstance(session, TreeSession):
+                records = [n.record for n in session.nodes]
+                stored += sum(rec.bridge_ids.nbytes + rec.output_ids.nbytes
+                              for rec in records)
+            else:
+                records = session.records
+                stored += session.ids_nbytes
             for rec in records:
-                stored += rec.bridge_ids.nbytes + rec.output_ids.nbytes + rec.logprobs.nbytes
+                stored += rec.logprobs.nbytes
                 for rows in (rec.routed_experts, rec.indexer_topk):
                     if rows is not None:
                         routing += rows.nbytes

@@ -25,6 +25,13 @@ class IdBuffer:
         """The ids (a view: valid until the next mutation)."""
         return self._data[: self._len]
 
+    @property
+    def storage(self) -> np.ndarray:
+        """The whole allocated array (ids, then room): a view of ``[a:b]`` with ``b <=
+        len(self)`` keeps its values until the buffer is truncated below ``b`` (growing
+        moves the ids to a new array and leaves this one as it was)."""
+        return self._data
+
     def last(self) -> int | None:
         return int(self._data[self._len - 1]) if self._len else None
 

@@ -57,6 +57,12 @@ class LinearSession:
         self.records: list[TurnRecord] = []
         self.checkpoint_ends: list[int] = []
         self.snapshot = IdBuffer()
+        self._shared_ids = renderer.max_trailing_trim == 0
+        """The records' ids are views of the snapshot's storage (each id stored once).
+        Only when the family declares no trailing trim: then no turn truncates the
+        snapshot in place, so the viewed ids are never written over."""
+        self._viewed: np.ndarray | None = None
+        """The storage the records' ids view (None: none yet)."""
         self.tools: list[dict[str, Any]] | None = None
         self.in_flight = False
         self.closed = False
@@ -171,14 +177,40 @@ class LinearSession:
         self.checkpoint_ends.append(len(self.messages))
         if turn.tools is not None:
             self.tools = turn.tools
+        if plan is not None:
+            self._view_ids()
         self.last_active = turn.record.commit_ts
         self.in_flight = False
+
+    def _view_ids(self) -> None:
+        """Point the records' ids at the snapshot's storage: the last record's, or every
+        record's when the storage changed (it grew, a rollback or a replay rebuilt it), so
+        that an old storage is freed. Record ``k``'s bridge ends at its ``prompt_len`` and
+        its output follows; the snapshot holds exactly those ids (no trailing trim)."""
+        if not self._shared_ids:
+            return
+        storage = self.snapshot.storage
+        records = self.records[-1:] if storage is self._viewed else self.records
+        self._viewed = storage
+        for rec in records:
+            end = rec.prompt_len
+            rec.bridge_ids = storage[end - len(rec.bridge_ids) : end]
+            rec.output_ids = storage[end : end + len(rec.output_ids)]
 
     def rebuild_snapshot(self) -> None:
         """The token snapshot from the records (after a journal replay)."""
         self.snapshot = IdBuffer(snapshot_ids(self.records))
+        self._view_ids()
 
     # -- views ---------------------------------------------------------------------------
     @property
     def num_tokens(self) -> int:
         return len(self.snapshot)
+
+    @property
+    def ids_nbytes(self) -> int:
+        """Bytes of the stored token ids: the snapshot's storage when the records view
+        it, else the records' own arrays."""
+        if self._shared_ids and self.records:
+            return self.snapshot.storage.nbytes
+        return sum(rec.bridge_ids.nbytes + rec.output_ids.nbytes for rec in self.records)
