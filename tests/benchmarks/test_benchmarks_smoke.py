@@ -125,6 +125,12 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
         assert label in out, label
 
 
+def test_chat_decode_anthropic_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("chat_decode.py", "--api", "anthropic", "--sessions", "2", "--turns",
+                        "3", "5", "--rounds", "1", tmp_path=tmp_path)
+    assert "decoding a Messages body" in out and "growing (µs)" in out
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_gateway_instructions_tiny(tmp_path: Path) -> None:
     out = run_benchmark("gateway_instructions.py", "--apps", "floor", "--sessions", "2",

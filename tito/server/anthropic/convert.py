@@ -29,9 +29,9 @@ from tito.render.base import TemplateRenderer
 from tito.server.anthropic.models import (
     ContentBlock,
     CountTokensRequest,
+    InputMessage,
     MessageReply,
     MessagesRequest,
-    ToolDef,
     ToolUseBlock,
 )
 from tito.server.gateway import TurnOutcome
@@ -64,23 +64,33 @@ client may send the same request again."""
 def turn_request(req: MessagesRequest | CountTokensRequest,
                  renderer: TemplateRenderer) -> TurnRequest:
     messages: list[Message] = []
-    system = _system_text(req.system, "system")
+    system = system_message(req)
     if system is not None:
-        messages.append({"role": "system", "content": system})
+        messages.append(system)
     for i, message in enumerate(req.messages):
-        where = f"messages.{i}"
-        if message.role == "user":
-            messages.extend(_user(message.content, where))
-        elif message.role == "assistant":
-            messages.append(_assistant(message.content, where))
-        elif message.role in ("system", "developer"):
-            text = _system_text(message.content, where)
-            messages.append({"role": "system", "content": text or ""})
-        else:
-            raise BadRequest(f"{where}.role: {message.role!r} is not a role of the Messages "
-                             "API (user, assistant)")
-    return TurnRequest(messages=messages, tools=_tools(req.tools),
-                       template_kwargs=_thinking(req, renderer))
+        messages.extend(chat_messages(message, i))
+    return TurnRequest(messages=messages, tools=tools_of(req),
+                       template_kwargs=thinking_kwargs(req, renderer))
+
+
+def system_message(req: MessagesRequest | CountTokensRequest) -> Message | None:
+    """The leading ``system`` message of ``req.system`` (None: there is none)."""
+    system = _system_text(req.system, "system")
+    return None if system is None else {"role": "system", "content": system}
+
+
+def chat_messages(message: InputMessage, index: int) -> list[Message]:
+    """The chat messages of ``messages[index]`` (each converts on its own)."""
+    where = f"messages.{index}"
+    if message.role == "user":
+        return _user(message.content, where)
+    if message.role == "assistant":
+        return [_assistant(message.content, where)]
+    if message.role in ("system", "developer"):
+        text = _system_text(message.content, where)
+        return [{"role": "system", "content": text or ""}]
+    raise BadRequest(f"{where}.role: {message.role!r} is not a role of the Messages "
+                     "API (user, assistant)")
 
 
 def sampling_params(req: MessagesRequest) -> SamplingParams:
@@ -207,7 +217,9 @@ def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def _tools(tools: list[ToolDef] | None) -> list[dict[str, Any]] | None:
+def tools_of(req: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | None:
+    """``req.tools`` as chat tools (client tools only)."""
+    tools = req.tools
     if not tools:
         return None
     out = []
@@ -223,8 +235,8 @@ def _tools(tools: list[ToolDef] | None) -> list[dict[str, Any]] | None:
     return out
 
 
-def _thinking(req: MessagesRequest | CountTokensRequest,
-              renderer: TemplateRenderer) -> dict[str, Any] | None:
+def thinking_kwargs(req: MessagesRequest | CountTokensRequest,
+                    renderer: TemplateRenderer) -> dict[str, Any] | None:
     """``thinking`` -> the family's thinking switch (ignored by families without one)."""
     kwarg = renderer.spec.thinking_kwarg
     if req.thinking is None or kwarg is None:

@@ -19,19 +19,19 @@ from tito.server.anthropic.convert import (
     tool_use_block,
     turn_request,
 )
+from tito.server.anthropic.decode import decode_messages
 from tito.server.anthropic.errors import TYPE, status_of
 from tito.server.anthropic.models import (
     MESSAGE,
     TOKEN_COUNT,
     CountTokensRequest,
     MessageReply,
-    MessagesRequest,
     ToolUseBlock,
     parse_request,
 )
 from tito.server.api import route_of
 from tito.server.gateway import Gateway
-from tito.server.http import cancel_on_disconnect, decode_json, read_json
+from tito.server.http import cancel_on_disconnect, read_json
 from tito.server.openai.serving import STREAM_PARSE_EVERY
 from tito.server.serving import (
     TurnStream,
@@ -40,21 +40,17 @@ from tito.server.serving import (
     run_api_turn,
     sse_response,
 )
-from tito.types.messages import TurnRequest
 
 JSON = "application/json"
 
 
-def decode_messages(body: bytes, gateway: Gateway) -> tuple[MessagesRequest, TurnRequest]:
-    req: MessagesRequest = parse_request(decode_json(body), MessagesRequest,
-                                         max_depth=gateway.config.max_json_depth)
-    return req, turn_request(req, gateway.renderer)
-
-
 async def messages(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
+    known, depth = list(session.messages), gateway.config.max_json_depth
     raw, heavy, (req, turn) = await read_turn_body(
-        gateway, request, lambda body: decode_messages(body, gateway))
+        gateway, request, lambda body: decode_messages(
+            body, gateway.renderer, max_depth=depth, api_state=session.api_state,
+            known=known))
     response_id = f"msg_{os.urandom(16).hex()}"
     model = req.model or gateway.model_name
     if req.stream:

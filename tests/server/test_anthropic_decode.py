@@ -1,0 +1,145 @@
+"""Decoding a Messages body past the session's last one gives what decoding it whole gives
+(request, turn, errors), with the earlier messages' conversions reused."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from tito.render.base import TemplateRenderer
+from tito.server.anthropic.decode import STATE, LastBody, decode_messages
+from tito.types.errors import BadRequest
+
+TEXT = "the quick brown fox jumps over the lazy dog "
+
+
+def body(messages: list[dict[str, Any]], **rest: Any) -> bytes:
+    return orjson.dumps({"model": "m", "max_tokens": 64, "messages": messages, **rest})
+
+
+def assistant(k: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": f"plan {k}", "signature": "sig"},
+        {"type": "text", "text": TEXT + str(k)},
+        {"type": "tool_use", "id": f"toolu_{k}", "name": "bash", "input": {"cmd": f"ls {k}"}}]}
+
+
+def tool_result(k: int) -> dict[str, Any]:
+    return {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": TEXT * 2},
+        {"type": "text", "text": f"and then {k}"}]}
+
+
+def whole(raw: bytes, renderer: TemplateRenderer) -> tuple[Any, Any]:
+    try:
+        req, turn = decode_messages(raw, renderer, max_depth=64)
+    except BadRequest as exc:
+        return "error", exc.message
+    return req.model_dump(), (turn.messages, turn.tools, turn.template_kwargs)
+
+
+def incremental(raw: bytes, renderer: TemplateRenderer, state: dict[str, Any],
+                known: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+    try:
+        req, turn = decode_messages(raw, renderer, max_depth=64, api_state=state,
+                                    known=known)
+    except BadRequest as exc:
+        return "error", exc.message
+    return req.model_dump(), (turn.messages, turn.tools, turn.template_kwargs)
+
+
+def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
+        qwen3_renderer: TemplateRenderer) -> None:
+    state: dict[str, Any] = {}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    rest = {"system": [{"type": "text", "text": "be brief"}], "thinking": {"type": "enabled"},
+            "tools": [{"name": "bash", "input_schema": {"type": "object"}}]}
+    previous: LastBody | None = None
+    for k in range(6):
+        raw = body(messages, **rest)
+        assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
+        last: LastBody = state[STATE]
+        if previous is not None:  # the earlier messages were not converted again
+            kept = previous.ends[-1]
+            assert all(a is b for a, b in zip(last.chat[:kept], previous.chat, strict=True))
+            assert last.system is previous.system and last.tools is previous.tools
+        previous = last
+        messages += [assistant(k), tool_result(k)]
+
+
+def test_the_stored_messages_replace_the_same_json(qwen3_renderer: TemplateRenderer) -> None:
+    """The assistant reply the client sends back becomes the session's stored object."""
+    state: dict[str, Any] = {}
+    first = [{"role": "user", "content": "start"}]
+    _, turn = decode_messages(body(first), qwen3_renderer, max_depth=64, api_state=state)
+    stored_reply = {"role": "assistant", "content": TEXT + "0", "reasoning_content": "plan 0",
+                    "tool_calls": [{"id": "toolu_0", "type": "function", "function": {
+                        "name": "bash", "arguments": '{"cmd": "ls 0"}'}}]}
+    known = [*turn.messages, stored_reply]
+    raw = body([*first, assistant(0), tool_result(0)])
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, api_state=state, known=known)
+    assert turn.messages[0] is known[0]  # the first turn's own object
+    assert turn.messages[1] is stored_reply
+    assert turn.messages[2] == {"role": "tool", "tool_call_id": "toolu_0", "content": TEXT * 2}
+    # a reply that differs is left as the client sent it
+    other = {**stored_reply, "content": "something else"}
+    state.clear()
+    decode_messages(body(first), qwen3_renderer, max_depth=64, api_state=state)
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, api_state=state,
+                              known=[known[0], other])
+    assert turn.messages[1] is not other and turn.messages[1] == stored_reply
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_edits_decode_as_whole(qwen3_renderer: TemplateRenderer, seed: int) -> None:
+    """Appends, changed members, rewritten or invalid messages, in any order: the result
+    (or the error) is always that of decoding the body whole, and a failed body leaves the
+    state as it was."""
+    rng = random.Random(seed)
+    state: dict[str, Any] = {}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    rest: dict[str, Any] = {"system": "be brief"}
+    for k in range(25):
+        candidate = list(messages)
+        step = rng.choice(["append", "append", "append", "rest", "rewrite", "bad", "deep"])
+        if step == "append":
+            candidate += [assistant(k), tool_result(k)]
+        elif step == "rest":
+            rest = rng.choice([{"system": "be brief"}, {"system": "be long", "top_k": 5},
+                               {"thinking": {"type": "disabled"}}, {}, {"max_tokens": 9}])
+        elif step == "rewrite" and len(candidate) > 1:
+            candidate[rng.randrange(len(candidate))] = {"role": "user", "content": f"x{k}"}
+        elif step == "bad":
+            candidate.append(rng.choice([
+                {"role": "user", "content": [{"type": "image", "source": {}}]},
+                {"role": "user", "content": 5}, {"role": "robot", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": 1}]}]))
+        else:
+            nested: Any = "leaf"
+            for _ in range(70):
+                nested = [nested]
+            candidate.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": "x", "extra": nested}]})
+        raw = body(candidate, **rest)
+        before = state.get(STATE)
+        got = incremental(raw, qwen3_renderer, state)
+        assert got == whole(raw, qwen3_renderer), (seed, k, step)
+        if got[0] == "error":
+            assert state.get(STATE) is before
+        else:
+            messages = candidate
+
+
+def test_a_replayed_session_shares_its_stored_system_and_messages(
+        qwen3_renderer: TemplateRenderer) -> None:
+    """No state yet (a restarted gateway): the stored messages still replace their copies."""
+    first = [{"role": "user", "content": "start"}]
+    raw = body([*first, assistant(0), tool_result(0)], system="be brief")
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64)
+    known = [dict(m) for m in turn.messages[:3]]  # as a journal replay rebuilds them
+    _, shared = decode_messages(raw, qwen3_renderer, max_depth=64, api_state={}, known=known)
+    assert all(a is b for a, b in zip(shared.messages, known, strict=False))
+    assert shared.messages == turn.messages
