@@ -17,13 +17,20 @@ import httpx
 import pytest
 from fakes import FakeEngine
 from inproc import asgi_client
-from support import Proc, start_gateway, start_mock, tokenizer_dir
+from support import EXAMPLES_SCALE, Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.config import ServerConfig
 from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.render.verify import verify_renderer
 from tito.server.gateway import Gateway
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast tier (``-m "not slow"``) runs a quarter of each property test's examples
+    (support.examples); the full suite runs them all."""
+    if "not slow" in (config.option.markexpr or ""):
+        os.environ.setdefault(EXAMPLES_SCALE, "0.25")
 
 
 @pytest.fixture(scope="session")

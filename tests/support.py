@@ -26,6 +26,17 @@ TOKENIZERS = SHARED / "fixtures" / "tokenizers"
 Proc = ServerProcess
 
 
+EXAMPLES_SCALE = "TITO_EXAMPLES_SCALE"
+"""Multiplies the example count of every property test that asks :func:`examples`: the
+fast tier (``-m "not slow"``) sets it to 0.25 unless it is set (conftest.py); the full
+suite runs every count in full."""
+
+
+def examples(n: int) -> int:
+    """Hypothesis ``max_examples`` for a property test worth ``n`` in the full suite."""
+    return max(10, round(n * float(os.environ.get(EXAMPLES_SCALE, "1"))))
+
+
 def tokenizer_dir(name: str) -> Path:
     """A fixture tokenizer folder, or skip the test with the reason."""
     path = TOKENIZERS / name

@@ -6,6 +6,7 @@ import numpy as np
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from tito.engines.prompt_json import ENTRIES_PER_REQUEST, MIN_ENTRIES, PromptJson, prompt_key
 
@@ -99,7 +100,7 @@ def test_the_entry_budget_follows_the_peak_of_requests_in_flight() -> None:
     assert len(cache) == ENTRIES_PER_REQUEST * peak
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 8),
                           st.lists(st.integers(0, 2**31 - 1), max_size=6)), max_size=12))
 def test_any_sequence_of_prompts_gives_exact_text(

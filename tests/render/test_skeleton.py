@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import TOKENIZERS
+from support import TOKENIZERS, examples
 
 from tito.render import FAMILIES, TemplateRenderer, build_renderer
 from tito.render.families import ALIASES, STANDIN, family_module
@@ -136,7 +136,7 @@ def test_escaping_or_rewriting_templates_get_no_skeleton() -> None:
     assert skeleton.fill(["a", "b"]) == "<tool>a</tool><user>b</user>"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.text(min_size=1, max_size=40))
 def test_any_content_gives_the_template_render(content: str) -> None:
     renderer = renderer_of("qwen3")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from tito.samples import assemble, decode_samples, encode_samples, samples_identical
 from tito.types.records import TurnRecord, snapshot_ids
@@ -87,7 +88,7 @@ def assert_round_trip(sample) -> None:
     assert samples_identical(back, sample)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(trajectories(unfinished=False, gaps=False))
 def test_untruncated_sample_is_the_snapshot(traj: Trajectory) -> None:
     records = traj.records
@@ -115,7 +116,7 @@ def test_untruncated_sample_is_the_snapshot(traj: Trajectory) -> None:
     assert_round_trip(sample)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     trajectories(unfinished=True, gaps=True),
     st.one_of(st.none(), st.integers(0, 30)),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from tito.render import TemplateRenderer, build_renderer
 from tito.samples.sample import Sample
@@ -85,7 +86,7 @@ OPS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50)), min_size=1, max
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_default_hooks_over_random_forests(renderer: TemplateRenderer,

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from tito.server.growing_body import (
     ESTABLISH_MISSES,
@@ -183,7 +184,7 @@ _value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3)
 _message = st.dictionaries(_text, _value, max_size=4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(first=st.lists(_message, min_size=1, max_size=3),
        steps=st.lists(st.tuples(st.integers(0, 3), st.lists(_message, max_size=3),
                                 st.dictionaries(st.sampled_from(["model", "n", "x", "é"]),

@@ -111,7 +111,7 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
         _share(chat, ends[reused - 1] if reused else 0, head, known)
     if api_state is not None:
         api_state[STATE] = LastBody(state, req, system, chat, ends, tools, kwargs)
-    messages = chat if system is None else [system, *chat]
+    messages = list(chat) if system is None else [system, *chat]  # the state's stays as is
     return req, TurnRequest(messages=messages, tools=tools, template_kwargs=kwargs)
 
 
