@@ -10,7 +10,11 @@ turns, interleaved as a gateway serves them, the bodies serialized as the OpenAI
 prints the µs per turn of ``decode_chat`` (what the Chat Completions route runs) both
 ways (best of R rounds).
 
-``--api anthropic`` does the same for the Messages route's decoding
+``--api responses`` does the same for the Responses route's decoding of a client that
+resends its whole conversation as ``input`` (no ``previous_response_id``;
+:func:`tito.server.responses.decode.decode_responses`), each turn's output echoed back as
+reasoning, message and ``function_call`` items and answered by a
+``function_call_output``. ``--api anthropic`` does the same for the Messages route's decoding
 (:func:`tito.server.anthropic.decode.decode_messages`: parse, validation and the
 conversion to chat messages), the client's bodies as the Anthropic SDK sends them (the
 system prompt a top-level member, the replies as text and ``tool_use`` blocks, the tool
@@ -19,6 +23,7 @@ results as ``tool_result`` blocks).
     python benchmarks/chat_decode.py                  # 20, 80 and 200 turns
     python benchmarks/chat_decode.py --turns 20 --chars 400
     python benchmarks/chat_decode.py --api anthropic
+    python benchmarks/chat_decode.py --api responses
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,9 @@ from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.server.anthropic.decode import decode_messages
 from tito.server.openai.serving import decode_chat
+from tito.server.responses.convert import chat_messages as responses_chat
+from tito.server.responses.decode import decode_responses
+from tito.server.responses.models import parse_item
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,8 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chars", type=int, default=300,
                    help="characters of each reply and each tool result")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--api", choices=["openai", "anthropic"], default="openai",
-                   help="the route whose decoding is timed (Chat Completions or Messages)")
+    p.add_argument("--api", choices=["openai", "anthropic", "responses"],
+                   default="openai", help="the route whose decoding is timed (Chat "
+                   "Completions, Messages or Responses)")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR,
                    help="Qwen3 tokenizer folder (--api anthropic: its thinking switch)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -106,6 +117,42 @@ def anthropic_conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str
     return out
 
 
+def responses_conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str, Any]]]:
+    """(Responses body, the reply the gateway stored for it) of every turn."""
+    words = _words(chars)
+    items: list[Any] = [{"role": "user", "content": words}]
+    out = []
+    for turn in range(turns):
+        body = sdk_json({"model": "m", "input": items, "instructions": "You are an agent.",
+                         "max_output_tokens": 256})
+        echoed = [{"type": "reasoning", "id": f"rs_{turn}",
+                   "summary": [{"type": "summary_text", "text": words[:60]}]},
+                  {"type": "message", "role": "assistant",
+                   "content": [{"type": "output_text", "text": f"{turn} {words}"}]},
+                  {"type": "function_call", "call_id": f"call_{turn}", "name": "bash",
+                   "arguments": json.dumps({"cmd": "ls"})}]
+        stored = responses_chat([parse_item(item, i) for i, item in enumerate(echoed)])[0]
+        out.append((body, stored))
+        items = [*items, *echoed, {"type": "function_call_output",
+                                   "call_id": f"call_{turn}", "output": words}]
+    return out
+
+
+def responses_per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int,
+                       keep: bool) -> float:
+    """µs per decode_responses, as :func:`per_turn` times decode_chat."""
+    states: list[dict[str, Any]] = [{} for _ in range(sessions)]
+    stored: list[list[Any]] = [[] for _ in range(sessions)]
+    start = time.perf_counter()
+    for body, reply in turns:
+        for i, state in enumerate(states):
+            request, messages = decode_responses(body, 64, api_state=state if keep else None,
+                                                 known=stored[i])
+            system = {"role": "system", "content": request.instructions}
+            stored[i] = [system, *messages, reply]
+    return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
+
+
 def anthropic_per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: bool,
                        renderer: TemplateRenderer) -> float:
     """µs per decode_messages, as :func:`per_turn` times decode_chat."""
@@ -135,45 +182,63 @@ def per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: boo
     return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
 
 
+@dataclass
+class Route:
+    """How one API's decoding is played: its conversation, the decode of one body (``state``:
+    the session's api_state, None: whole), and a session's timed turns."""
+
+    what: str
+    steps: str
+    conversation: Callable[[int, int], list[tuple[bytes, dict[str, Any]]]]
+    decode: Callable[[bytes, dict[str, Any] | None], Any]
+    per_turn: Callable[[list[tuple[bytes, dict[str, Any]]], int, bool], float]
+
+
+def route_of(args: argparse.Namespace) -> Route:
+    if args.api == "responses":
+        return Route("a Responses body", "decode_responses: parse, validation, conversion",
+                     responses_conversation,
+                     lambda body, state: decode_responses(body, 64, api_state=state),
+                     responses_per_turn)
+    if args.api == "anthropic":
+        renderer = build_renderer("qwen3", args.tokenizer)
+        return Route("a Messages body", "decode_messages: parse, validation, conversion",
+                     anthropic_conversation,
+                     lambda body, state: decode_messages(body, renderer, max_depth=64,
+                                                         api_state=state)[1],
+                     lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,
+                                                                    renderer))
+    return Route("a chat body", "decode_chat: parse, prefix check, validation", conversation,
+                 lambda body, state: decode_chat(body, [], 64, {} if state is None else state,
+                                                 1024).data,
+                 lambda seq, sessions, keep: per_turn(seq, sessions, keep=keep))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    route = route_of(args)
     rows: list[list[Any]] = []
     figures = []
-    renderer = build_renderer("qwen3", args.tokenizer) if args.api == "anthropic" else None
     for turns in args.turns:
+        seq = route.conversation(turns, args.chars)
         state: dict[str, Any] = {}
-        if renderer is not None:
-            seq = anthropic_conversation(turns, args.chars)
-            for body, _ in seq:  # both ways decode to the same
-                assert decode_messages(body, renderer, max_depth=64, api_state=state)[1] == \
-                    decode_messages(body, renderer, max_depth=64)[1]
-        else:
-            seq = conversation(turns, args.chars)
-            for body, _ in seq:
-                assert decode_chat(body, [], 64, state, 1024).data == decode_chat(
-                    body, [], 64, {}, 1024).data
+        for body, _ in seq:  # both ways decode to the same
+            assert route.decode(body, state) == route.decode(body, None)
         whole, grown = [], []
         for _ in range(max(1, args.rounds)):
-            if renderer is not None:
-                whole.append(anthropic_per_turn(seq, args.sessions, False, renderer))
-                grown.append(anthropic_per_turn(seq, args.sessions, True, renderer))
-            else:
-                whole.append(per_turn(seq, args.sessions, keep=False))
-                grown.append(per_turn(seq, args.sessions, keep=True))
+            whole.append(route.per_turn(seq, args.sessions, False))
+            grown.append(route.per_turn(seq, args.sessions, True))
         w, g = min(whole), min(grown)
         rows.append([str(turns), f"{len(seq[-1][0]) / 1024:,.0f}", fmt(w, 1), fmt(g, 1),
                      f"{w / g:.1f}x"])
         figures.append({"api": args.api, "turns": turns, "final_body_bytes": len(seq[-1][0]),
                         "whole_us": w, "growing_us": g})
-    what = "a Messages body" if renderer is not None else "a chat body"
-    print_table(f"decoding {what}, per turn: S={args.sessions} "
+    print_table(f"decoding {route.what}, per turn: S={args.sessions} "
                 f"{args.chars} characters a message", ["turns", "final body (KiB)",
                                                        "whole (µs)", "growing (µs)",
                                                        "whole / growing"], rows,
                 f"best of {args.rounds} round(s); the sessions' turns interleaved; µs per "
-                "turn averaged over the session's turns; "
-                + ("decode_messages: parse, validation, conversion" if renderer is not None
-                   else "decode_chat: parse, prefix check, validation"))
+                f"turn averaged over the session's turns; {route.steps}")
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -125,10 +125,12 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
         assert label in out, label
 
 
-def test_chat_decode_anthropic_tiny(tmp_path: Path) -> None:
-    out = run_benchmark("chat_decode.py", "--api", "anthropic", "--sessions", "2", "--turns",
-                        "3", "5", "--rounds", "1", tmp_path=tmp_path)
-    assert "decoding a Messages body" in out and "growing (µs)" in out
+@pytest.mark.parametrize(("api", "what"), [("anthropic", "a Messages body"),
+                                           ("responses", "a Responses body")])
+def test_chat_decode_other_routes_tiny(tmp_path: Path, api: str, what: str) -> None:
+    out = run_benchmark("chat_decode.py", "--api", api, "--sessions", "2", "--turns", "3",
+                        "5", "--rounds", "1", tmp_path=tmp_path)
+    assert f"decoding {what}" in out and "growing (µs)" in out
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")

@@ -104,8 +104,22 @@ def _rank(item: InputItem) -> int | None:
 def chat_messages(items: list[InputItem]) -> list[Message]:
     """Input items -> chat messages (see the module docstring)."""
     out: list[Message] = []
+    extend_chat_messages(out, items)
+    return out
+
+
+def extend_chat_messages(out: list[Message], items: list[InputItem],
+                         breaks: list[tuple[int, int]] | None = None, first: int = 0
+                         ) -> None:
+    """Append the chat messages of ``items`` to ``out``, which must end where no assistant
+    turn is open (the end of a whole conversion, or one of its breaks). ``breaks``: gets
+    ``(first + i, len(out))`` for each place ``i`` (an item, or the end) where no
+    assistant turn is open: the conversion of the items from there on, appended to
+    ``out[:len]``, continues this one exactly."""
     turn: _Turn | None = None
-    for item in items:
+    for i, item in enumerate(items):
+        if turn is None and breaks is not None:
+            breaks.append((first + i, len(out)))
         rank = _rank(item)
         if rank is not None:
             assert not isinstance(item, FunctionCallOutputItem)
@@ -118,15 +132,23 @@ def chat_messages(items: list[InputItem]) -> list[Message]:
         if turn is not None:
             out.append(turn.message())
             turn = None
-        if isinstance(item, FunctionCallOutputItem):
-            out.append({"role": "tool", "tool_call_id": item.call_id,
-                        "content": text_of(item.output)})
-        elif isinstance(item, MessageItem):
-            role = "system" if item.role == "developer" else item.role
-            out.append({"role": role, "content": text_of(item.content)})
+        message = _outside_turn(item)
+        if message is not None:
+            out.append(message)
     if turn is not None:
         out.append(turn.message())
-    return out
+    elif breaks is not None:
+        breaks.append((first + len(items), len(out)))
+
+
+def _outside_turn(item: InputItem) -> Message | None:
+    """The chat message of an item that is not part of an assistant turn."""
+    if isinstance(item, FunctionCallOutputItem):
+        return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output)}
+    if isinstance(item, MessageItem):
+        role = "system" if item.role == "developer" else item.role
+        return {"role": role, "content": text_of(item.content)}
+    return None
 
 
 def with_instructions(messages: list[Message], instructions: str | None) -> list[Message]:

@@ -22,10 +22,9 @@ from starlette.responses import Response
 
 from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import cancel_on_disconnect, decode_json
+from tito.server.http import cancel_on_disconnect
 from tito.server.openai.serving import STREAM_PARSE_EVERY
 from tito.server.responses.convert import (
-    chat_messages,
     chat_tools,
     response_body,
     response_head,
@@ -33,11 +32,11 @@ from tito.server.responses.convert import (
     template_kwargs,
     with_instructions,
 )
+from tito.server.responses.decode import decode_responses
 from tito.server.responses.models import (
     RESPONSE,
     ResponseBody,
     ResponsesRequest,
-    parse_responses_request,
 )
 from tito.server.responses.streaming import live_events
 from tito.server.serving import open_turn_stream, read_turn_body, run_api_turn, sse_response
@@ -87,13 +86,6 @@ class ResponseHistory:
                          "responses are kept)", code="previous_response_not_found")
 
 
-def decode_responses(body: bytes, max_depth: int
-                     ) -> tuple[ResponsesRequest, list[Message]]:
-    """JSON body -> (its validated request, its input as chat messages)."""
-    request, items = parse_responses_request(decode_json(body), max_depth=max_depth)
-    return request, chat_messages(items)
-
-
 def turn_request(gateway: Gateway, session: Session, request: ResponsesRequest,
                  new: list[Message]) -> TurnRequest:
     """The turn: the continued response's messages (if any), then the request's input;
@@ -111,9 +103,10 @@ def turn_request(gateway: Gateway, session: Session, request: ResponsesRequest,
 
 async def responses(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
-    depth = gateway.config.max_json_depth
+    known, depth = list(session.messages), gateway.config.max_json_depth
     raw, heavy, (body, new) = await read_turn_body(
-        gateway, request, lambda data: decode_responses(data, depth))
+        gateway, request, lambda data: decode_responses(
+            data, depth, api_state=session.api_state, known=known))
     turn = turn_request(gateway, session, body, new)
     params = sampling_params(body, default_max_tokens=gateway.config.default_max_tokens)
     response_id = f"resp_{os.urandom(16).hex()}"

@@ -1,0 +1,129 @@
+"""Decoding a Responses body past the session's last one gives what decoding it whole
+gives (request, chat messages, errors), with the earlier items' conversion reused."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from tito.server.responses.decode import STATE, LastBody, decode_responses
+from tito.types.errors import BadRequest
+
+TEXT = "the quick brown fox jumps over the lazy dog "
+
+
+def body(items: list[dict[str, Any]], **rest: Any) -> bytes:
+    return orjson.dumps({"model": "m", "input": items, **rest})
+
+
+def reasoning(k: int) -> dict[str, Any]:
+    return {"type": "reasoning", "id": f"rs_{k}",
+            "summary": [{"type": "summary_text", "text": f"plan {k}"}]}
+
+
+def said(k: int) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": TEXT + str(k)}]}
+
+
+def call(k: int) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": f"call_{k}", "name": "bash",
+            "arguments": '{"cmd": "ls"}'}
+
+
+def output(k: int) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": f"call_{k}", "output": TEXT * 2}
+
+
+def decoded(raw: bytes, state: dict[str, Any] | None,
+            known: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+    try:
+        request, messages = decode_responses(raw, 64, api_state=state, known=known)
+    except BadRequest as exc:
+        return "error", exc.message
+    return request.model_dump(), messages
+
+
+def test_a_growing_input_decodes_as_whole_and_reuses_the_earlier_conversion() -> None:
+    state: dict[str, Any] = {}
+    items: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    previous: LastBody | None = None
+    for k in range(6):
+        raw = body(items, instructions="be brief")
+        assert decoded(raw, state) == decoded(raw, None)
+        last: LastBody = state[STATE]
+        if previous is not None:  # the earlier messages were not converted again
+            kept = previous.break_chat[-1]
+            assert all(a is b for a, b in zip(last.chat[:kept], previous.chat[:kept],
+                                              strict=True))
+            assert all(a is b for a, b in zip(last.items, previous.items, strict=False))
+        previous = last
+        items += [reasoning(k), said(k), call(k), output(k)]
+
+
+def test_an_assistant_turn_continued_across_bodies_is_one_message() -> None:
+    """A body that ends inside an assistant turn (a prefill), extended by the rest of the
+    turn: the conversion resumes before the turn, which stays one message."""
+    state: dict[str, Any] = {}
+    items = [{"role": "user", "content": "start"}, reasoning(0), said(0)]
+    assert decoded(body(items), state) == decoded(body(items), None)
+    items += [call(0), output(0)]
+    got = decoded(body(items), state)
+    assert got == decoded(body(items), None)
+    assert [m["role"] for m in got[1]] == ["user", "assistant", "tool"]
+    assert got[1][1]["tool_calls"][0]["id"] == "call_0"
+
+
+def test_the_stored_messages_replace_the_same_json() -> None:
+    state: dict[str, Any] = {}
+    first = [{"role": "user", "content": "start"}]
+    _, messages = decode_responses(body(first, instructions="be brief"), 64, api_state=state)
+    turn = [{"role": "system", "content": "be brief"}, *messages]
+    items = [*first, reasoning(0), said(0), call(0), output(0)]
+    whole = decoded(body(items, instructions="be brief"), None)[1]
+    stored_reply = dict(whole[1])  # the session's own copy of the assistant message
+    known = [turn[0], turn[1], stored_reply]
+    _, messages = decode_responses(body(items, instructions="be brief"), 64, api_state=state,
+                                   known=known)
+    assert messages[0] is turn[1] and messages[1] is stored_reply
+    assert messages == whole
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_edits_decode_as_whole(seed: int) -> None:
+    """Appends (whole turns or parts of one), changed members, rewritten or invalid items:
+    always the result (or the error) of decoding the body whole; a failed body leaves the
+    state as it was."""
+    rng = random.Random(seed)
+    state: dict[str, Any] = {}
+    items: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    rest: dict[str, Any] = {"instructions": "be brief"}
+    for k in range(25):
+        candidate = list(items)
+        step = rng.choice(["turn", "turn", "part", "part", "rest", "rewrite", "bad"])
+        if step == "turn":
+            candidate += [reasoning(k), said(k), call(k), output(k)]
+        elif step == "part":
+            candidate.append(rng.choice([reasoning(k), said(k), call(k), output(k),
+                                         {"role": "user", "content": f"u{k}"}]))
+        elif step == "rest":
+            rest = rng.choice([{"instructions": "be brief"}, {}, {"temperature": 0.5},
+                               {"instructions": "other", "max_output_tokens": 9},
+                               {"reasoning": {"effort": "minimal"}}])
+        elif step == "rewrite" and len(candidate) > 1:
+            candidate[rng.randrange(len(candidate))] = {"role": "user", "content": f"x{k}"}
+        else:
+            candidate.append(rng.choice([
+                {"type": "image", "url": "x"}, {"type": "message", "role": 5, "content": ""},
+                {"type": "function_call", "call_id": 1}, {"type": "reasoning"}]))
+        raw = body(candidate, **rest)
+        before = state.get(STATE)
+        got = decoded(raw, state)
+        assert got == decoded(raw, None), (seed, k, step)
+        if got[0] == "error":
+            assert state.get(STATE) is before
+        else:
+            items = candidate
