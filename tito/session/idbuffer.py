@@ -27,9 +27,10 @@ class IdBuffer:
 
     @property
     def storage(self) -> np.ndarray:
-        """The whole allocated array (ids, then room): a view of ``[a:b]`` with ``b <=
-        len(self)`` keeps its values until the buffer is truncated below ``b`` (growing
-        moves the ids to a new array and leaves this one as it was)."""
+        """The whole allocated array (ids, then room). A view of ``[a:b]``, ``b <=
+        len(self)``, keeps its values unless the buffer is truncated below ``b`` and then
+        extended (which writes over them); growing copies the ids to a new array and
+        leaves this one as it was."""
         return self._data
 
     def last(self) -> int | None:
