@@ -146,6 +146,17 @@ def share(parsed: Parsed, index: int, value: Any) -> bool:
     return True
 
 
+def share_stored(values: list[Any], start: int, stored: list[Any], shift: int = 0) -> None:
+    """Replace each ``values[j]``, ``j >= start``, that is the same JSON as
+    ``stored[j + shift]`` (:func:`same_json`) by that stored object: a session's own copy
+    of a message the client sent back, so that comparisons are by identity and one copy is
+    kept."""
+    for j in range(start, min(len(values), len(stored) - shift)):
+        kept = stored[j + shift]
+        if values[j] is not kept and same_json(values[j], kept):
+            values[j] = kept
+
+
 def _extend(body: bytes, prev: GrowingBody, hasher: Any) -> Parsed | None:
     rest = body[prev.head:]
     tail = prev.tail

@@ -13,6 +13,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from tito.server.growing_body import GrowingBody, Parsed, parse_growing
 from tito.types.errors import BadRequest, PayloadTooLarge
 
 T = TypeVar("T")
@@ -66,6 +67,17 @@ def decode_json(body: bytes, *, allow_empty: bool = False,
         return parse(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"invalid JSON body: {exc}", code="invalid_json") from exc
+
+
+def decode_growing(body: bytes, key: str, previous: GrowingBody | None, *,
+                   keep: bool = True) -> Parsed:
+    """:func:`decode_json` of a body whose array member ``key`` grows turn by turn: parsed
+    past ``previous`` when it extends it (:func:`~tito.server.growing_body.parse_growing`);
+    ``keep`` False: parsed whole, with no state for the next body."""
+    if not keep:
+        return Parsed(decode_json(body), None, 0, False)
+    parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(raw, key, previous))
+    return parsed
 
 
 _CONTAINERS = (dict, list)

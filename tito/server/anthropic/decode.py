@@ -38,8 +38,8 @@ from tito.server.anthropic.convert import (
     tools_of,
 )
 from tito.server.anthropic.models import InputMessage, MessagesRequest, parse_request
-from tito.server.growing_body import GrowingBody, parse_growing, same_json
-from tito.server.http import check_depth, decode_json
+from tito.server.growing_body import GrowingBody, same_json, share_stored
+from tito.server.http import check_depth, decode_growing
 from tito.types.errors import BadRequest
 from tito.types.messages import Message, TurnRequest
 
@@ -76,14 +76,10 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
     body is kept (None: decode whole, keep nothing). ``known``: the session's stored
     messages (a copy taken on the event loop)."""
     last: LastBody | None = api_state.get(STATE) if api_state is not None else None
-    if api_state is None:
-        parsed_data, state, reused, same_rest = decode_json(body), None, 0, False
-    else:
-        parsed = decode_json(body, parse=lambda raw: parse_growing(
-            raw, "messages", None if last is None else last.parsed))
-        parsed_data, state = parsed.data, parsed.state
-        reused = parsed.extended if last is not None else 0
-        same_rest = parsed.same_rest
+    parsed = decode_growing(body, "messages", None if last is None else last.parsed,
+                            keep=api_state is not None)
+    parsed_data, state, same_rest = parsed.data, parsed.state, parsed.same_rest
+    reused = parsed.extended if last is not None else 0
     req = _validated(parsed_data, last, reused, same_rest, max_depth) \
         if reused and last is not None else None
     if req is None:
@@ -108,7 +104,7 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
     if known:
         if system is not None and system is not known[0] and same_json(system, known[0]):
             system = known[0]  # e.g. after a restart: the replayed session's own object
-        _share(chat, ends[reused - 1] if reused else 0, head, known)
+        share_stored(chat, ends[reused - 1] if reused else 0, known, head)
     if api_state is not None:
         api_state[STATE] = LastBody(state, req, system, chat, ends, tools, kwargs)
     messages = list(chat) if system is None else [system, *chat]  # the state's stays as is
@@ -131,13 +127,3 @@ def _validated(data: Any, last: LastBody, reused: int, same_rest: bool, max_dept
         return _Envelope.model_validate(data).model_copy(update={"messages": models})
     except (ValidationError, BadRequest):
         return None
-
-
-def _share(chat: list[Message], start: int, head: int, known: list[Message]) -> None:
-    """Replace the new chat messages (from ``chat[start]`` on) that are the same JSON as
-    the stored message at their place by the stored one (``head``: 1 when a system
-    message comes first)."""
-    for i in range(start, min(len(chat), len(known) - head)):
-        stored = known[i + head]
-        if chat[i] is not stored and same_json(chat[i], stored):
-            chat[i] = stored

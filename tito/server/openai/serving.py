@@ -22,8 +22,8 @@ from starlette.responses import Response
 from tito.parse.stream import Delta
 from tito.server.api import route_of
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.growing_body import GrowingBody, Parsed, parse_growing, share
-from tito.server.http import cancel_on_disconnect, decode_json
+from tito.server.growing_body import GrowingBody, share
+from tito.server.http import cancel_on_disconnect, decode_growing
 from tito.server.openai.errors import error_body, status_of
 from tito.server.openai.models import (
     CHAT_COMPLETION,
@@ -246,8 +246,7 @@ def decode_chat(body: bytes, known: list[Message], max_depth: int,
     the last body's, so are its request fields and sampling settings. ``api_state``: the
     session's, where the last body is kept."""
     last: _LastBody | None = api_state.get("chat_body")
-    parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(
-        raw, "messages", None if last is None else last.parsed))
+    parsed = decode_growing(body, "messages", None if last is None else last.parsed)
     reused = parsed.extended if last is not None else 0
     equal = 0
     if reused and last is not None and last.known is not None:

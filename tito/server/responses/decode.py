@@ -25,8 +25,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from tito.server.growing_body import GrowingBody, parse_growing, same_json
-from tito.server.http import check_depth, decode_json
+from tito.server.growing_body import GrowingBody, share_stored
+from tito.server.http import check_depth, decode_growing
 from tito.server.responses.convert import extend_chat_messages
 from tito.server.responses.models import (
     InputItem,
@@ -63,14 +63,10 @@ def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] |
     ``known``: the session's stored messages (a copy taken on the event loop), for a
     stateless client whose input is the whole conversation."""
     last: LastBody | None = api_state.get(STATE) if api_state is not None else None
-    if api_state is None:
-        data, state, reused, same_rest = decode_json(body), None, 0, False
-    else:
-        parsed = decode_json(body, parse=lambda raw: parse_growing(
-            raw, "input", None if last is None else last.parsed))
-        data, state = parsed.data, parsed.state
-        reused = parsed.extended if last is not None else 0
-        same_rest = parsed.same_rest
+    parsed = decode_growing(body, "input", None if last is None else last.parsed,
+                            keep=api_state is not None)
+    data, state, same_rest = parsed.data, parsed.state, parsed.same_rest
+    reused = parsed.extended if last is not None else 0
     if reused and last is not None:
         if same_rest:  # the other members are last body's: so is their validation
             new = data["input"][reused:]
@@ -94,21 +90,11 @@ def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] |
     break_items += [i for i, _ in breaks]
     break_chat += [n for _, n in breaks]
     if known and request.previous_response_id is None:
-        _share(chat, resume, known, request.instructions)
+        # the turn's messages are `chat` after the instructions' system message, inserted
+        # unless `chat` starts with a system message (which it replaces)
+        inserted = request.instructions is not None and not (
+            chat and chat[0].get("role") == "system")
+        share_stored(chat, resume, known, 1 if inserted else 0)
     if api_state is not None:
         api_state[STATE] = LastBody(state, request, items, chat, break_items, break_chat)
     return request, list(chat)  # the state's list stays as it is
-
-
-def _share(chat: list[Message], start: int, known: list[Message],
-           instructions: str | None) -> None:
-    """Replace the new chat messages (from ``chat[start]`` on) that are the same JSON as
-    the stored message at their place by the stored one; the turn's messages are
-    ``chat`` with the ``instructions`` system message first (inserted unless ``chat``
-    starts with a system message, which it replaces)."""
-    shift = 1 if instructions is not None and not (chat and chat[0].get("role") == "system") \
-        else 0
-    for j in range(start, min(len(chat), len(known) - shift)):
-        stored = known[j + shift]
-        if chat[j] is not stored and same_json(chat[j], stored):
-            chat[j] = stored
