@@ -116,6 +116,7 @@ def test_random_edits_decode_as_whole(qwen3_renderer: TemplateRenderer, seed: in
             candidate.append(rng.choice([
                 {"role": "user", "content": [{"type": "image", "source": {}}]},
                 {"role": "user", "content": 5}, {"role": "robot", "content": "hi"},
+                {"role": "user", "content": ["not a block"]},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": 1}]}]))
         else:
             nested: Any = "leaf"
@@ -143,3 +144,10 @@ def test_a_replayed_session_shares_its_stored_system_and_messages(
     _, shared = decode_messages(raw, qwen3_renderer, max_depth=64, api_state={}, known=known)
     assert all(a is b for a, b in zip(shared.messages, known, strict=False))
     assert shared.messages == turn.messages
+
+
+def test_a_block_that_is_not_an_object_is_named(qwen3_renderer: TemplateRenderer) -> None:
+    raw = body([{"role": "user", "content": ["hello"]}])
+    with pytest.raises(BadRequest, match=r"messages\.0\.content\.0: a content block must be "
+                                         "an object"):
+        decode_messages(raw, qwen3_renderer, max_depth=64)

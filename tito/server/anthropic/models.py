@@ -24,7 +24,7 @@ class _Open(BaseModel):
 
 class InputMessage(_Open):
     role: str
-    content: str | list[dict[str, Any]]
+    content: str | list[Any]
 
 
 class ToolDef(_Open):
