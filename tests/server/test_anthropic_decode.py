@@ -63,9 +63,12 @@ def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
         assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
         last: LastBody = state[STATE]
         if previous is not None:  # the earlier messages were not converted again
-            kept = previous.ends[-1]
+            kept = len(previous.chat)
             assert all(a is b for a, b in zip(last.chat[:kept], previous.chat, strict=True))
             assert last.system is previous.system and last.tools is previous.tools
+        # the state keeps placeholders, not the parsed messages
+        assert last.parsed is not None and set(last.parsed.items) == {None}
+        assert last.request.messages == []
         previous = last
         messages += [assistant(k), tool_result(k)]
 

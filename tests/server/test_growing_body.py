@@ -17,6 +17,8 @@ from tito.server.growing_body import (
     parse_growing,
     same_json,
     share,
+    share_stored,
+    without_elements,
 )
 
 KEY = "messages"
@@ -372,3 +374,27 @@ def test_a_client_that_never_extends_its_body_is_decoded_after_the_back_off() ->
         messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
                     {"role": "user", "content": f"q{turn}"}]
     assert api_state["chat_body"].parsed.misses > ESTABLISH_MISSES
+
+
+def test_without_elements_keeps_placeholders_and_parses_only_the_new_ones() -> None:
+    first = orjson.dumps({"messages": [{"role": "user", "content": "a"}], "model": "m"})
+    state = without_elements(parse_growing(first, "messages", None).state)
+    assert state is not None and state.items == [None]
+    second = orjson.dumps({"messages": [{"role": "user", "content": "a"},
+                                        {"role": "user", "content": "b"}], "model": "m"})
+    parsed = parse_growing(second, "messages", state)
+    assert parsed.extended == 1 and parsed.same_rest
+    assert parsed.data == {"messages": [None, {"role": "user", "content": "b"}], "model": "m"}
+    assert without_elements(None) is None
+
+
+def test_share_stored_replaces_only_the_same_json_past_start() -> None:
+    stored = [{"a": 1}, {"b": 2}, {"c": 3.0}]
+    values = [{"a": 1}, {"b": 2}, {"c": 3}]
+    share_stored(values, 1, stored)
+    assert values[0] is not stored[0]  # before start
+    assert values[1] is stored[1]
+    assert values[2] is not stored[2]  # 3 and 3.0 are not the same JSON
+    shifted = [{"b": 2}]
+    share_stored(shifted, 0, stored, shift=1)
+    assert shifted[0] is stored[1]

@@ -146,6 +146,21 @@ def share(parsed: Parsed, index: int, value: Any) -> bool:
     return True
 
 
+def without_elements(state: GrowingBody | None) -> GrowingBody | None:
+    """``state`` with a placeholder (None) for each element of its array, for a caller
+    that keeps what it derived from them and reads only the new elements of the next body:
+    the next :func:`parse_growing` that extends it returns None at the reused places
+    (:attr:`Parsed.extended` of them), so that data is *not* ``orjson.loads(body)`` — a
+    caller that needs the whole body (to word an error) parses it again. The state then
+    holds 8 bytes per element instead of the parsed elements."""
+    if state is None or not state.items:
+        return state
+    holes: list[Any] = [None] * len(state.items)
+    data = dict(state.data)
+    data[state.key] = holes
+    return replace(state, items=holes, data=data)
+
+
 def share_stored(values: list[Any], start: int, stored: list[Any], shift: int = 0) -> None:
     """Replace each ``values[j]``, ``j >= start``, that is the same JSON as
     ``stored[j + shift]`` (:func:`same_json`) by that stored object: a session's own copy

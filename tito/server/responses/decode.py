@@ -12,6 +12,12 @@ conversion groups a run of reasoning, message and call items into one message, s
 resumes there: :func:`~tito.server.responses.convert.extend_chat_messages`). When the
 other members are byte for byte the last body's, the request's fields are reused too.
 
+The state keeps the chat messages (which the session stores anyway), placeholders for
+the parsed items (:func:`~tito.server.growing_body.without_elements`) and the validated
+items after the last place where no assistant turn was open; a body that fails to
+validate is read again whole, so the error is the one a whole decode gives. The request
+comes back without its input (the chat messages are the input; nothing reads it).
+
 New chat messages that are the same JSON as the session's stored message at their place
 (the assistant turn the client echoes back) are replaced by the stored object, as the
 Messages route does (:mod:`tito.server.anthropic.decode`).
@@ -21,12 +27,11 @@ Pure: no I/O. The state lives in the session's ``api_state`` (key :data:`STATE`)
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from tito.server.growing_body import GrowingBody, share_stored
-from tito.server.http import check_depth, decode_growing
+from tito.server.growing_body import GrowingBody, share_stored, without_elements
+from tito.server.http import check_depth, decode_growing, decode_json
 from tito.server.responses.convert import extend_chat_messages
 from tito.server.responses.models import (
     InputItem,
@@ -34,6 +39,7 @@ from tito.server.responses.models import (
     parse_item,
     parse_responses_request,
 )
+from tito.types.errors import BadRequest
 from tito.types.messages import Message
 
 STATE = "responses_body"
@@ -45,50 +51,59 @@ class LastBody:
     """What a decoded Responses body leaves for the session's next one (never changed)."""
 
     parsed: GrowingBody | None
+    """The growing-body state, with placeholders for the items
+    (:func:`~tito.server.growing_body.without_elements`)."""
     request: ResponsesRequest
-    items: list[InputItem]
+    """The validated request, without its input."""
     chat: list[Message]
-    """The chat messages of ``items`` (without the ``instructions`` system message)."""
-    break_items: list[int]
-    """Item indices where no assistant turn is open (ascending), ..."""
-    break_chat: list[int]
-    """... and the length of ``chat`` there."""
+    """The chat messages of the body's items (without the ``instructions`` message)."""
+    open_from: int
+    """The last item index where no assistant turn was open (the conversion of a longer
+    input resumes there) ..."""
+    open_chat: int
+    """... the length of ``chat`` there ..."""
+    open_items: list[InputItem]
+    """... and the validated items from there on (the only ones kept)."""
 
 
 def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] | None = None,
                      known: list[Message] | None = None
                      ) -> tuple[ResponsesRequest, list[Message]]:
-    """JSON body -> (its validated request, its input as chat messages). ``api_state``:
-    the session's, where the last body is kept (None: decode whole, keep nothing).
-    ``known``: the session's stored messages (a copy taken on the event loop), for a
-    stateless client whose input is the whole conversation."""
+    """JSON body -> (its validated request *without its input*, its input as chat
+    messages). ``api_state``: the session's, where the last body is kept (None: decode
+    whole, keep nothing). ``known``: the session's stored messages (a copy taken on the
+    event loop), for a stateless client whose input is the whole conversation."""
     last: LastBody | None = api_state.get(STATE) if api_state is not None else None
     parsed = decode_growing(body, "input", None if last is None else last.parsed,
                             keep=api_state is not None)
-    data, state, same_rest = parsed.data, parsed.state, parsed.same_rest
-    reused = parsed.extended if last is not None else 0
+    reused = parsed.extended if last is not None else 0  # every item of the last body
     if reused and last is not None:
-        if same_rest:  # the other members are last body's: so is their validation
-            new = data["input"][reused:]
-            check_depth({"input": new}, max_depth)
-            request = last.request.model_copy(update={"input": data["input"]})
-            items = last.items[:reused]
-            items += [parse_item(item, i) for i, item in enumerate(new, start=reused)]
-        else:
-            request, items = parse_responses_request(data, max_depth=max_depth,
-                                                     known=last.items[:reused])
-        # resume the conversion where no assistant turn was open, at or before `reused`
-        k = bisect_right(last.break_items, reused) - 1
-        start, resume = last.break_items[k], last.break_chat[k]
+        data = parsed.data
+        try:
+            if parsed.same_rest:  # the other members are last body's: so is their check
+                new = data["input"][reused:]
+                check_depth({"input": new}, max_depth)
+                request = last.request
+                fresh = [parse_item(item, i) for i, item in enumerate(new, start=reused)]
+            else:
+                request, fresh = parse_responses_request(data, max_depth=max_depth,
+                                                         skip=reused)
+        except BadRequest:
+            reused = 0  # the reused items are placeholders here: word it from the whole body
+    if reused and last is not None:
+        start, resume = last.open_from, last.open_chat
+        items = [*last.open_items, *fresh]
         chat = last.chat[:resume]
-        break_items, break_chat = last.break_items[:k], last.break_chat[:k]
     else:
-        request, items = parse_responses_request(data, max_depth=max_depth)
-        start, resume, chat, break_items, break_chat = 0, 0, [], [], []
+        request, items = parse_responses_request(
+            decode_json(body) if last is not None and parsed.extended else parsed.data,
+            max_depth=max_depth)
+        start = resume = 0
+        chat = []
+    request = request.model_copy(update={"input": []}) if request.input else request
     breaks: list[tuple[int, int]] = []
-    extend_chat_messages(chat, items[start:], breaks, first=start)
-    break_items += [i for i, _ in breaks]
-    break_chat += [n for _, n in breaks]
+    extend_chat_messages(chat, items, breaks, first=start)
+    open_from, open_chat = breaks[-1]
     if known and request.previous_response_id is None:
         # the turn's messages are `chat` after the instructions' system message, inserted
         # unless `chat` starts with a system message (which it replaces)
@@ -96,5 +111,6 @@ def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] |
             chat and chat[0].get("role") == "system")
         share_stored(chat, resume, known, 1 if inserted else 0)
     if api_state is not None:
-        api_state[STATE] = LastBody(state, request, items, chat, break_items, break_chat)
+        api_state[STATE] = LastBody(without_elements(parsed.state), request, chat, open_from,
+                                    open_chat, items[open_from - start:])
     return request, list(chat)  # the state's list stays as it is

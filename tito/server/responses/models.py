@@ -191,24 +191,20 @@ UNSUPPORTED = ("conversation", "prompt")
 """Top-level fields whose meaning cannot be honoured: refused when set (not ignored)."""
 
 
-def parse_responses_request(data: Any, *, max_depth: int = 64,
-                            known: list[InputItem] | None = None
+def parse_responses_request(data: Any, *, max_depth: int = 64, skip: int = 0
                             ) -> tuple[ResponsesRequest, list[InputItem]]:
     """Validate a Responses request: (the request, its input items; a string input is one
     user message). BadRequest with a readable message otherwise. ``max_depth``: how
-    deeply JSON may nest in any field (``--max-json-depth``). ``known``: the validated
-    items of the first ``len(known)`` input items, which the caller knows to be the ones
-    it validated before (:mod:`tito.server.responses.decode`): they are not checked again
-    (the outcome and the errors are those of checking everything)."""
+    deeply JSON may nest in any field (``--max-json-depth``). ``skip``: how many leading
+    input items the caller validated before (:mod:`tito.server.responses.decode`): they
+    are neither checked again nor returned (the outcome and the errors are those of
+    checking everything)."""
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     given = data.get("input")
-    reused = 0
-    if known and isinstance(given, list) and len(given) >= len(known):
-        reused = len(known)
-        check_depth({**data, "input": given[reused:]}, max_depth)
-    else:
-        check_depth(data, max_depth)
+    if not (skip and isinstance(given, list) and len(given) >= skip):
+        skip = 0
+    check_depth({**data, "input": data["input"][skip:]} if skip else data, max_depth)
     for name in UNSUPPORTED:
         if data.get(name) is not None:
             raise BadRequest(f"{name} is not supported on /v1/responses",
@@ -226,9 +222,8 @@ def parse_responses_request(data: Any, *, max_depth: int = 64,
     if isinstance(request.input, str):
         items: list[InputItem] = [MessageItem(role="user", content=request.input)]
     else:
-        items = known[:reused] if known else []
-        items += [parse_item(item, i) for i, item in enumerate(request.input[reused:],
-                                                              start=reused)]
+        items = [parse_item(item, i) for i, item in enumerate(request.input[skip:],
+                                                             start=skip)]
     return request, items
 
 
