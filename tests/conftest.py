@@ -4,6 +4,7 @@ every test module). In-process fixtures build the real app over a :class:`FakeEn
 from __future__ import annotations
 
 import os
+import re
 
 # every response body the gateway sends in a test is validated against its declared type
 # (tito.server.openai.models.Wire); set before tito is imported, inherited by subprocesses
@@ -31,6 +32,20 @@ def pytest_configure(config: pytest.Config) -> None:
     (support.examples); the full suite runs them all."""
     if "not slow" in (config.option.markexpr or ""):
         os.environ.setdefault(EXAMPLES_SCALE, "0.25")
+
+
+_WHOLLY_SLOW = re.compile(r"^pytestmark = (?:pytest\.mark\.slow\b|\[[^\]]*\bpytest\.mark\.slow\b)",
+                          re.MULTILINE)
+"""A module-level ``pytestmark`` that marks every test of the module slow."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier does not import the modules it would deselect whole: their imports
+    (torch, ray, vLLM...) cost each xdist worker seconds of collection for nothing."""
+    if config.option.markexpr != "not slow" or collection_path.suffix != ".py" or \
+            not collection_path.name.startswith("test_"):
+        return None
+    return True if _WHOLLY_SLOW.search(collection_path.read_text()) else None
 
 
 @pytest.fixture(scope="session")

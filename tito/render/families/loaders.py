@@ -30,7 +30,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 
 from tito.types.errors import ConfigError
 from tito.types.fast_bpe import bytes_to_unicode
-from tito.types.tokenizer import Tokenizer, load_tokenizer
+from tito.types.tokenizer import Tokenizer, load_tokenizer, shared_backend
 
 TEKKEN_SPECIALS = (
     "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -86,6 +86,13 @@ def _cache_path(source: Path, kind: str) -> Path:
 
 def _cached(source: Path, kind: str,
             build: Callable[[], tokenizers.Tokenizer]) -> tokenizers.Tokenizer:
+    """The conversion of ``source``: this process's (:func:`shared_backend`), else the
+    disk cache's, else built and written there."""
+    return shared_backend([source], kind, lambda: _converted(source, kind, build))
+
+
+def _converted(source: Path, kind: str,
+               build: Callable[[], tokenizers.Tokenizer]) -> tokenizers.Tokenizer:
     path = _cache_path(source, kind)
     if path.is_file():
         return tokenizers.Tokenizer.from_file(str(path))
