@@ -181,9 +181,8 @@ def shared_backend(sources: Sequence[Path], kind: str,
     they are unchanged (keyed by ``kind`` and each file's path, size and mtime).
 
     Loading a 150k-vocabulary ``tokenizer.json`` takes 0.4–1.4 s of CPU, and a process that
-    builds several stacks over one folder (the mock engine and the gateway of
-    ``tito rollout --engine mock``, ``tito verify-template`` runs, a test session) loaded it
-    once per stack. Nothing changes a backend after loading it; a shared one must stay so
+    builds several renderers or stacks over one folder (through the Python API, or a test
+    session: 49 loads in the fast tier's two workers) loaded it once per build. Nothing changes a backend after loading it; a shared one must stay so
     (no truncation, padding or added tokens)."""
     key = (kind, *((str(p.resolve()), st.st_size, st.st_mtime_ns)
                    for p in sources for st in (p.stat(),)))
