@@ -182,8 +182,9 @@ def shared_backend(sources: Sequence[Path], kind: str,
 
     Loading a 150k-vocabulary ``tokenizer.json`` takes 0.4–1.4 s of CPU, and a process that
     builds several renderers or stacks over one folder (through the Python API, or a test
-    session: 49 loads in the fast tier's two workers) loaded it once per build. Nothing changes a backend after loading it; a shared one must stay so
-    (no truncation, padding or added tokens)."""
+    session: 49 loads in the fast tier's two workers) loaded it once per build. Nothing
+    changes a backend after loading it; a shared one must stay so (no truncation, padding
+    or added tokens)."""
     key = (kind, *((str(p.resolve()), st.st_size, st.st_mtime_ns)
                    for p in sources for st in (p.stat(),)))
     with _shared_lock:
