@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.server.anthropic.decode import decode_messages
-from tito.server.openai.serving import decode_chat
+from tito.server.api_state import ApiState
+from tito.server.openai.decode import decode_chat
 from tito.server.responses.convert import chat_messages as responses_chat
 from tito.server.responses.decode import decode_responses
 from tito.server.responses.models import parse_item
@@ -141,13 +142,13 @@ def responses_conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str
 def responses_per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int,
                        keep: bool) -> float:
     """µs per decode_responses, as :func:`per_turn` times decode_chat."""
-    states: list[dict[str, Any]] = [{} for _ in range(sessions)]
+    states = [ApiState() for _ in range(sessions)]
     stored: list[list[Any]] = [[] for _ in range(sessions)]
     start = time.perf_counter()
     for body, reply in turns:
         for i, state in enumerate(states):
-            request, messages = decode_responses(body, 64, api_state=state if keep else None,
-                                                 known=stored[i])
+            request, messages = decode_responses(body, 64, state=state if keep else None,
+                                                 stored=stored[i])
             system = {"role": "system", "content": request.instructions}
             stored[i] = [system, *messages, reply]
     return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
@@ -156,13 +157,13 @@ def responses_per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int,
 def anthropic_per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: bool,
                        renderer: TemplateRenderer) -> float:
     """µs per decode_messages, as :func:`per_turn` times decode_chat."""
-    states: list[dict[str, Any]] = [{} for _ in range(sessions)]
+    states = [ApiState() for _ in range(sessions)]
     stored: list[list[Any]] = [[] for _ in range(sessions)]
     start = time.perf_counter()
     for body, reply in turns:
         for i, state in enumerate(states):
             _, turn = decode_messages(body, renderer, max_depth=64,
-                                      api_state=state if keep else None, known=stored[i])
+                                      state=state if keep else None, stored=stored[i])
             stored[i] = [*turn.messages, reply]
     return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
 
@@ -172,12 +173,12 @@ def per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: boo
     its last body (as the route does), else every body is decoded whole. A session's
     stored messages are the client's dicts as decoded, then its own reply (as the gateway
     stores them)."""
-    states: list[dict[str, Any]] = [{} for _ in range(sessions)]
+    states = [ApiState() for _ in range(sessions)]
     stored: list[list[Any]] = [[] for _ in range(sessions)]
     start = time.perf_counter()
     for body, reply in turns:
         for i, state in enumerate(states):
-            decoded = decode_chat(body, stored[i], 64, state if keep else {}, 1024)
+            decoded = decode_chat(body, stored[i], 64, state if keep else ApiState(), 1024)
             stored[i] = [*decoded.data["messages"], reply]
     return (time.perf_counter() - start) * 1e6 / (len(turns) * sessions)
 
@@ -185,12 +186,12 @@ def per_turn(turns: list[tuple[bytes, dict[str, Any]]], sessions: int, keep: boo
 @dataclass
 class Route:
     """How one API's decoding is played: its conversation, the decode of one body (``state``:
-    the session's api_state, None: whole), and a session's timed turns."""
+    the session's API state, None: whole), and a session's timed turns."""
 
     what: str
     steps: str
     conversation: Callable[[int, int], list[tuple[bytes, dict[str, Any]]]]
-    decode: Callable[[bytes, dict[str, Any] | None], Any]
+    decode: Callable[[bytes, ApiState | None], Any]
     per_turn: Callable[[list[tuple[bytes, dict[str, Any]]], int, bool], float]
 
 
@@ -198,18 +199,18 @@ def route_of(args: argparse.Namespace) -> Route:
     if args.api == "responses":
         return Route("a Responses body", "decode_responses: parse, validation, conversion",
                      responses_conversation,
-                     lambda body, state: decode_responses(body, 64, api_state=state),
+                     lambda body, state: decode_responses(body, 64, state=state),
                      responses_per_turn)
     if args.api == "anthropic":
         renderer = build_renderer("qwen3", args.tokenizer)
         return Route("a Messages body", "decode_messages: parse, validation, conversion",
                      anthropic_conversation,
                      lambda body, state: decode_messages(body, renderer, max_depth=64,
-                                                         api_state=state)[1],
+                                                         state=state)[1],
                      lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,
                                                                     renderer))
     return Route("a chat body", "decode_chat: parse, prefix check, validation", conversation,
-                 lambda body, state: decode_chat(body, [], 64, {} if state is None else state,
+                 lambda body, state: decode_chat(body, [], 64, ApiState() if state is None else state,
                                                  1024).data,
                  lambda seq, sessions, keep: per_turn(seq, sessions, keep=keep))
 

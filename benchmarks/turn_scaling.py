@@ -152,7 +152,7 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
 
     from tito.engines.mock.directives import MockModel
     from tito.server.openai.models import validate_chat
-    from tito.server.openai.serving import session_messages
+    from tito.server.openai.convert import session_messages
     from tito.session.linear import LinearSession
     from tito.session.matchers import strict
     from tito.types.engine import GenerateResult, check_output
@@ -189,7 +189,7 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     return {
         "request JSON parse": cpu_time(lambda: orjson.loads(body), reps),
         "request validation": cpu_time(lambda: validate_chat(  # as the gateway does:
-            data, known=list(session.messages)), reps),  # the stored prefix was checked
+            data, stored=list(session.messages)), reps),  # the stored prefix was checked
         "session plan (match + bridge)": cpu_time(plan_only, reps),
         "  of which bridge": cpu_time(lambda: renderer.bridge(
             previous, renderer.primary_stop_id, messages[len(session.messages):]), reps),

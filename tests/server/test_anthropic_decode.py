@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from tito.render.base import TemplateRenderer
-from tito.server.anthropic.decode import STATE, LastBody, decode_messages
+from tito.server.anthropic.decode import LastBody, decode_messages
+from tito.server.api_state import ApiState
 from tito.types.errors import BadRequest
 
 TEXT = "the quick brown fox jumps over the lazy dog "
@@ -41,11 +42,11 @@ def whole(raw: bytes, renderer: TemplateRenderer) -> tuple[Any, Any]:
     return req.model_dump(), (turn.messages, turn.tools, turn.template_kwargs)
 
 
-def incremental(raw: bytes, renderer: TemplateRenderer, state: dict[str, Any],
+def incremental(raw: bytes, renderer: TemplateRenderer, state: ApiState,
                 known: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
     try:
-        req, turn = decode_messages(raw, renderer, max_depth=64, api_state=state,
-                                    known=known)
+        req, turn = decode_messages(raw, renderer, max_depth=64, state=state,
+                                    stored=known)
     except BadRequest as exc:
         return "error", exc.message
     return req.model_dump(), (turn.messages, turn.tools, turn.template_kwargs)
@@ -53,7 +54,7 @@ def incremental(raw: bytes, renderer: TemplateRenderer, state: dict[str, Any],
 
 def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
         qwen3_renderer: TemplateRenderer) -> None:
-    state: dict[str, Any] = {}
+    state = ApiState()
     messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
     rest = {"system": [{"type": "text", "text": "be brief"}], "thinking": {"type": "enabled"},
             "tools": [{"name": "bash", "input_schema": {"type": "object"}}]}
@@ -61,7 +62,7 @@ def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
     for k in range(6):
         raw = body(messages, **rest)
         assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
-        last: LastBody = state[STATE]
+        last: LastBody = state.messages_body
         if previous is not None:  # the earlier messages were not converted again
             kept = len(previous.chat)
             assert all(a is b for a, b in zip(last.chat[:kept], previous.chat, strict=True))
@@ -75,24 +76,24 @@ def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
 
 def test_the_stored_messages_replace_the_same_json(qwen3_renderer: TemplateRenderer) -> None:
     """The assistant reply the client sends back becomes the session's stored object."""
-    state: dict[str, Any] = {}
+    state = ApiState()
     first = [{"role": "user", "content": "start"}]
-    _, turn = decode_messages(body(first), qwen3_renderer, max_depth=64, api_state=state)
+    _, turn = decode_messages(body(first), qwen3_renderer, max_depth=64, state=state)
     stored_reply = {"role": "assistant", "content": TEXT + "0", "reasoning_content": "plan 0",
                     "tool_calls": [{"id": "toolu_0", "type": "function", "function": {
                         "name": "bash", "arguments": '{"cmd": "ls 0"}'}}]}
     known = [*turn.messages, stored_reply]
     raw = body([*first, assistant(0), tool_result(0)])
-    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, api_state=state, known=known)
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, state=state, stored=known)
     assert turn.messages[0] is known[0]  # the first turn's own object
     assert turn.messages[1] is stored_reply
     assert turn.messages[2] == {"role": "tool", "tool_call_id": "toolu_0", "content": TEXT * 2}
     # a reply that differs is left as the client sent it
     other = {**stored_reply, "content": "something else"}
-    state.clear()
-    decode_messages(body(first), qwen3_renderer, max_depth=64, api_state=state)
-    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, api_state=state,
-                              known=[known[0], other])
+    state = ApiState()
+    decode_messages(body(first), qwen3_renderer, max_depth=64, state=state)
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, state=state,
+                              stored=[known[0], other])
     assert turn.messages[1] is not other and turn.messages[1] == stored_reply
 
 
@@ -102,7 +103,7 @@ def test_random_edits_decode_as_whole(qwen3_renderer: TemplateRenderer, seed: in
     (or the error) is always that of decoding the body whole, and a failed body leaves the
     state as it was."""
     rng = random.Random(seed)
-    state: dict[str, Any] = {}
+    state = ApiState()
     messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
     rest: dict[str, Any] = {"system": "be brief"}
     for k in range(25):
@@ -128,11 +129,11 @@ def test_random_edits_decode_as_whole(qwen3_renderer: TemplateRenderer, seed: in
             candidate.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "t", "content": "x", "extra": nested}]})
         raw = body(candidate, **rest)
-        before = state.get(STATE)
+        before = state.messages_body
         got = incremental(raw, qwen3_renderer, state)
         assert got == whole(raw, qwen3_renderer), (seed, k, step)
         if got[0] == "error":
-            assert state.get(STATE) is before
+            assert state.messages_body is before
         else:
             messages = candidate
 
@@ -144,7 +145,7 @@ def test_a_replayed_session_shares_its_stored_system_and_messages(
     raw = body([*first, assistant(0), tool_result(0)], system="be brief")
     _, turn = decode_messages(raw, qwen3_renderer, max_depth=64)
     known = [dict(m) for m in turn.messages[:3]]  # as a journal replay rebuilds them
-    _, shared = decode_messages(raw, qwen3_renderer, max_depth=64, api_state={}, known=known)
+    _, shared = decode_messages(raw, qwen3_renderer, max_depth=64, state=ApiState(), stored=known)
     assert all(a is b for a, b in zip(shared.messages, known, strict=False))
     assert shared.messages == turn.messages
 

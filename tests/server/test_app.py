@@ -366,7 +366,7 @@ async def test_health_reports_the_engine_down_as_503_degraded(gateway: Gateway,
         assert body["engine"] == {"name": "fake", "url": None, "ok": False,
                                   "error": "connection refused"}
         engine.down = None
-        assert await gateway.engine_state(refresh=True) is None
+        assert await gateway.control.engine_state(refresh=True) is None
         resp = await http.get("/health")
         assert resp.status_code == 200 and resp.json()["engine"]["ok"] is True
 

@@ -10,6 +10,7 @@ from fakes import FakeEngine
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
+from tito.server.samples import samples_payload
 from tito.types.engine import SamplingParams
 from tito.types.errors import BadRequest, EngineError
 from tito.types.messages import TurnRequest
@@ -69,7 +70,7 @@ async def test_session_deleted_during_the_turn_gets_its_reply_and_stores_nothing
                                                 SamplingParams()))
     while not engine.calls:
         await asyncio.sleep(0.001)
-    during = decode_samples(await gateway.samples_payload(session, None, None))
+    during = decode_samples(await samples_payload(gateway, session, None, None))
     assert during.samples == [] and during.empty_reason == "no_records"
     assert during.session_metadata["turn_in_progress"] is True
     gateway.store.delete(session.session_id)
@@ -82,7 +83,7 @@ async def test_session_deleted_during_the_turn_gets_its_reply_and_stores_nothing
 async def test_samples_payload_carries_session_metadata(gateway: Gateway) -> None:
     session = gateway.store.create()
     await gateway.run_turn(session, TurnRequest(list(USER)), SamplingParams())
-    decoded = decode_samples(await gateway.samples_payload(session, None, {"task": "t1"}))
+    decoded = decode_samples(await samples_payload(gateway, session, None, {"task": "t1"}))
     [sample] = decoded.samples
     assert sample.metadata["task"] == "t1" and sample.weight_versions == ["w0"]
     assert decoded.session_metadata["num_turns"] == 1

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
 
+from tito.server.api_state import ApiState
 from tito.server.growing_body import (
     ESTABLISH_MISSES,
     GrowingBody,
@@ -264,13 +265,13 @@ def test_an_element_is_shared_only_when_it_is_the_same_json() -> None:
 
 
 # -- the Chat Completions decode over it ---------------------------------------------------
-def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any:
+def decode_both(body: bytes, known: list[Any], api_state: ApiState) -> Any:
     """decode_chat with the session's state and with none: the same outcome."""
-    from tito.server.openai.serving import decode_chat
+    from tito.server.openai.decode import decode_chat
     from tito.types.errors import BadRequest
 
     try:
-        fresh = decode_chat(body, known, 64, {}, 1024)
+        fresh = decode_chat(body, known, 64, ApiState(), 1024)
     except BadRequest as exc:
         with pytest.raises(BadRequest) as caught:
             decode_chat(body, known, 64, api_state, 1024)
@@ -286,7 +287,7 @@ def decode_both(body: bytes, known: list[Any], api_state: dict[str, Any]) -> Any
 
 
 def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
-    api_state: dict[str, Any] = {}
+    api_state = ApiState()
     messages: list[Any] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     known: list[Any] = []
     for turn in range(4):
@@ -295,7 +296,7 @@ def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
         known = data["messages"]
         messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
                     {"role": "tool", "content": "r", "tool_call_id": "c"}]
-    assert api_state["chat_body"].parsed.head  # the state followed the conversation
+    assert api_state.chat_body.parsed.head  # the state followed the conversation
     bad = [*messages, {"role": "robot", "content": "x"}]
     decode_both(sdk_body(bad, model="m", max_tokens=9, temperature=0.5), known, api_state)
     decode_both(sdk_body(messages, model="m", max_tokens=0, temperature=0.5), known, api_state)
@@ -313,7 +314,7 @@ def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
 
 
 def test_developer_roles_and_a_changed_store_decode_as_without_the_last_body() -> None:
-    api_state: dict[str, Any] = {}
+    api_state = ApiState()
     messages: list[Any] = [{"role": "user", "content": "u"}]
     known: list[Any] = []
     for turn in range(3):
@@ -321,9 +322,9 @@ def test_developer_roles_and_a_changed_store_decode_as_without_the_last_body() -
         known = [*data["messages"], {"role": "assistant", "content": f"a{turn}"}]
         messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
                     {"role": "developer" if turn == 1 else "user", "content": "d"}]
-    assert api_state["chat_body"].developer  # a developer message arrived in a new part
+    assert api_state.chat_body.developer  # a developer message arrived in a new part
     data = decode_both(sdk_body(messages, model="m"), known, api_state)
-    assert api_state["chat_body"].developer  # and is remembered for the reused part
+    assert api_state.chat_body.developer  # and is remembered for the reused part
     # the store rolled back under the client: a stored message differs now
     rolled = [dict(m) for m in known]
     rolled[1] = {"role": "assistant", "content": "other"}
@@ -337,9 +338,9 @@ def test_the_client_s_copy_of_a_stored_reply_gives_way_to_the_stored_one() -> No
     """The body state keeps one copy of each message: a reply the client sends back as
     the same JSON is replaced by the session's own object; any other (extra fields, another
     key order) stays the client's. The data is still exactly the body's."""
-    from tito.server.openai.serving import decode_chat
+    from tito.server.openai.decode import decode_chat
 
-    api_state: dict[str, Any] = {}
+    api_state = ApiState()
     user = {"role": "user", "content": "u"}
     data = decode_chat(sdk_body([user], model="m"), [], 64, api_state, 16).data
     stored = [*data["messages"], {"role": "assistant", "content": "a0"}]
@@ -347,7 +348,7 @@ def test_the_client_s_copy_of_a_stored_reply_gives_way_to_the_stored_one() -> No
     body = sdk_body(sent, model="m")
     got = decode_chat(body, stored, 64, api_state, 16)
     assert got.data == orjson.loads(body) and got.data["messages"][1] is stored[1]
-    assert api_state["chat_body"].parsed.items[1] is stored[1]
+    assert api_state.chat_body.parsed.items[1] is stored[1]
     stored = [*got.data["messages"], {"role": "assistant", "content": "a1", "x": 1.0}]
     body = sdk_body([*sent, {"role": "assistant", "content": "a1", "x": 1},
                      {"role": "user", "content": "w"}], model="m")
@@ -360,9 +361,9 @@ def test_the_client_s_copy_of_a_stored_reply_gives_way_to_the_stored_one() -> No
 def test_a_client_that_never_extends_its_body_is_decoded_after_the_back_off() -> None:
     """Bodies serialized differently every turn (the state backs off and keeps no
     elements) still decode, their stored replies left as the client's."""
-    from tito.server.openai.serving import decode_chat
+    from tito.server.openai.decode import decode_chat
 
-    api_state: dict[str, Any] = {}
+    api_state = ApiState()
     messages: list[Any] = [{"role": "user", "content": "u"}]
     known: list[Any] = []
     for turn in range(ESTABLISH_MISSES + 4):
@@ -373,7 +374,7 @@ def test_a_client_that_never_extends_its_body_is_decoded_after_the_back_off() ->
         known = [*got.data["messages"], {"role": "assistant", "content": f"a{turn}"}]
         messages = [*messages, {"role": "assistant", "content": f"a{turn}"},
                     {"role": "user", "content": f"q{turn}"}]
-    assert api_state["chat_body"].parsed.misses > ESTABLISH_MISSES
+    assert api_state.chat_body.parsed.misses > ESTABLISH_MISSES
 
 
 def test_without_elements_keeps_placeholders_and_parses_only_the_new_ones() -> None:

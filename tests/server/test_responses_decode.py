@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tito.server.responses.decode import STATE, LastBody, decode_responses
+from tito.server.api_state import ApiState
+from tito.server.responses.decode import LastBody, decode_responses
 from tito.types.errors import BadRequest
 
 TEXT = "the quick brown fox jumps over the lazy dog "
@@ -38,23 +39,23 @@ def output(k: int) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": f"call_{k}", "output": TEXT * 2}
 
 
-def decoded(raw: bytes, state: dict[str, Any] | None,
+def decoded(raw: bytes, state: ApiState | None,
             known: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
     try:
-        request, messages = decode_responses(raw, 64, api_state=state, known=known)
+        request, messages = decode_responses(raw, 64, state=state, stored=known)
     except BadRequest as exc:
         return "error", exc.message
     return request.model_dump(), messages
 
 
 def test_a_growing_input_decodes_as_whole_and_reuses_the_earlier_conversion() -> None:
-    state: dict[str, Any] = {}
+    state = ApiState()
     items: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
     previous: LastBody | None = None
     for k in range(6):
         raw = body(items, instructions="be brief")
         assert decoded(raw, state) == decoded(raw, None)
-        last: LastBody = state[STATE]
+        last: LastBody = state.responses_body
         if previous is not None:  # the earlier messages were not converted again
             kept = previous.open_chat
             assert all(a is b for a, b in zip(last.chat[:kept], previous.chat[:kept],
@@ -69,7 +70,7 @@ def test_a_growing_input_decodes_as_whole_and_reuses_the_earlier_conversion() ->
 def test_an_assistant_turn_continued_across_bodies_is_one_message() -> None:
     """A body that ends inside an assistant turn (a prefill), extended by the rest of the
     turn: the conversion resumes before the turn, which stays one message."""
-    state: dict[str, Any] = {}
+    state = ApiState()
     items = [{"role": "user", "content": "start"}, reasoning(0), said(0)]
     assert decoded(body(items), state) == decoded(body(items), None)
     items += [call(0), output(0)]
@@ -80,16 +81,16 @@ def test_an_assistant_turn_continued_across_bodies_is_one_message() -> None:
 
 
 def test_the_stored_messages_replace_the_same_json() -> None:
-    state: dict[str, Any] = {}
+    state = ApiState()
     first = [{"role": "user", "content": "start"}]
-    _, messages = decode_responses(body(first, instructions="be brief"), 64, api_state=state)
+    _, messages = decode_responses(body(first, instructions="be brief"), 64, state=state)
     turn = [{"role": "system", "content": "be brief"}, *messages]
     items = [*first, reasoning(0), said(0), call(0), output(0)]
     whole = decoded(body(items, instructions="be brief"), None)[1]
     stored_reply = dict(whole[1])  # the session's own copy of the assistant message
     known = [turn[0], turn[1], stored_reply]
-    _, messages = decode_responses(body(items, instructions="be brief"), 64, api_state=state,
-                                   known=known)
+    _, messages = decode_responses(body(items, instructions="be brief"), 64, state=state,
+                                   stored=known)
     assert messages[0] is turn[1] and messages[1] is stored_reply
     assert messages == whole
 
@@ -100,7 +101,7 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
     always the result (or the error) of decoding the body whole; a failed body leaves the
     state as it was."""
     rng = random.Random(seed)
-    state: dict[str, Any] = {}
+    state = ApiState()
     items: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
     rest: dict[str, Any] = {"instructions": "be brief"}
     for k in range(25):
@@ -122,10 +123,10 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
                 {"type": "image", "url": "x"}, {"type": "message", "role": 5, "content": ""},
                 {"type": "function_call", "call_id": 1}, {"type": "reasoning"}]))
         raw = body(candidate, **rest)
-        before = state.get(STATE)
+        before = state.responses_body
         got = decoded(raw, state)
         assert got == decoded(raw, None), (seed, k, step)
         if got[0] == "error":
-            assert state.get(STATE) is before
+            assert state.responses_body is before
         else:
             items = candidate

@@ -1,4 +1,4 @@
-"""Response bodies on the wire (tito.server.openai.models.Wire): orjson bytes, and under
+"""Response bodies on the wire (tito.server.wire.Wire): orjson bytes, and under
 ``TITO_CHECK_WIRE=1`` (set by conftest.py for the whole suite) a strict check of every
 body against its declared type before it is sent."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tito.server.openai import models
+from tito.server import wire
 from tito.server.openai.models import CHAT_COMPLETION, ChatCompletion
 
 
@@ -20,7 +20,7 @@ def completion(content: str) -> ChatCompletion:
 
 
 def test_the_suite_checks_every_body() -> None:
-    assert models.CHECK_WIRE
+    assert wire.CHECK_WIRE
 
 
 def test_bytes_are_what_pydantic_would_send() -> None:

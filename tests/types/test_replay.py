@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tito.config import ServerConfig
-from tito.server.gateway import routing_shape
+from tito.server.routing_replay import routing_shape
 from tito.types.errors import ConfigError, EngineError
 from tito.types.replay import decode_rows
 

@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tito.server.errors import error_response, status_of
 from tito.server.http import CLIENT_CLOSED
 from tito.types.errors import TitoError
 
@@ -87,3 +88,8 @@ class Api:
     def routes_for(self, gateway: Gateway) -> list[Route]:
         return [self.route(gateway, path, endpoint, methods)
                 for path, endpoint, methods in self.routes]
+
+
+DEFAULT_ERRORS = Api(name="gateway", status_of=status_of, error_response=error_response)
+"""The gateway's own error envelope (OpenAI's shape), with no routes: for refusals and
+routes outside any API."""

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tito.server import openai
+from tito.server.api import DEFAULT_ERRORS
 from tito.server.ui import login
 from tito.types.errors import (
     BadRequest,
@@ -72,7 +72,7 @@ def _host_name(value: str) -> str:
 
 class Door:
     def __init__(self, app: ASGIApp, *, gateway: Gateway,
-                 api_of: Callable[[str], Api] = lambda path: openai.API,
+                 api_of: Callable[[str], Api] = lambda path: DEFAULT_ERRORS,
                  turn_routes: Sequence[Route] = ()) -> None:
         """``api_of(path)``: the API whose error envelope a refusal of ``path`` uses.
         ``turn_routes``: routes served without the router (see :func:`_answer`); each

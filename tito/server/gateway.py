@@ -1,8 +1,11 @@
-"""The gateway service: sessions + renderer + engine, independent of any API's shape.
+"""The gateway's turn service: sessions + renderer + engine, independent of any API's shape.
 
-Each API module (:mod:`tito.server.openai`, ...) converts its request into a
-:class:`tito.types.messages.TurnRequest`, calls :meth:`Gateway.run_turn`, and renders the
-:class:`TurnOutcome` in its own response shape (design §3.2: the code map).
+Each API (:mod:`tito.server.adapter`) converts its request into a
+:class:`tito.types.messages.TurnRequest`, calls :meth:`Gateway.run_turn` (or
+:meth:`Gateway.run_turn_stream`), and renders the :class:`TurnOutcome` in its own response
+shape (design §3.2: the code map). Engine control lives in
+:mod:`tito.server.engine_control`, routing replay in :mod:`tito.server.routing_replay`,
+samples and the stored-bytes gauges in :mod:`tito.server.samples`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import time
 import uuid
@@ -19,43 +21,36 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-import numpy as np
-import orjson
-
 from tito.config import ServerConfig
 from tito.parse.base import stable_call_ids
 from tito.render.base import TemplateRenderer
-from tito.render.compare import mismatch_report
-from tito.samples import assemble, encode_samples
-from tito.samples.sample import Sample
-from tito.samples.tree import LeafPath, Picker, Postprocessor, assemble_leaves, run_hooks
+from tito.server.api_state import ApiState
+from tito.server.engine_control import EngineControl
 from tito.server.journal import Journal
 from tito.server.metrics import Metrics
+from tito.server.routing_replay import RoutingReplay
 from tito.session import LinearSession, Session, TreeSession
+from tito.session.collect import Hooks
 from tito.session.matchers import resolve_matcher
+from tito.session.metadata import Describer
 from tito.session.store import SessionStore
-from tito.session.tree import MAX_NODES, Node, leaves_of, path_messages, path_of
-from tito.session.turns import TurnCommit, TurnPlan, replay_start
+from tito.session.tree import MAX_NODES
+from tito.session.turns import TurnCommit, TurnPlan
 from tito.types.engine import (
-    CheckedOutput,
     Engine,
     GenerateResult,
-    PauseMode,
     ReplayRequest,
     SamplingParams,
     StreamChunk,
     check_output,
     stream_generate,
 )
-from tito.types.errors import BadRequest, ConfigError, EngineError, Misdirected, TitoError
+from tito.types.errors import BadRequest, EngineError, Misdirected
 from tito.types.hooks import load_function
-from tito.types.messages import Message, ParsedCompletion, TurnRequest
+from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.placement import worker_of
-from tito.types.records import TurnRecord, snapshot_ids
-from tito.types.replay import decode_rows
+from tito.types.records import TurnRecord
 
-log = logging.getLogger("tito.server")
-PROBE_EVERY_S = 1.0
 WORKERS = min(4, os.cpu_count() or 1)
 """Threads for CPU work of big requests (rendering, validation, parsing, samples)."""
 DEFAULT_PICKER = "tito.samples.tree:drop_retries"
@@ -97,11 +92,10 @@ class Gateway:
         self.renderer = renderer
         self.engine = engine
         self.matcher = resolve_matcher(config.message_matcher)
-        self.hook_names = (config.sample_picker or DEFAULT_PICKER,
-                           config.sample_postprocessor or DEFAULT_POSTPROCESSOR)
-        self.picker: Picker = load_function(self.hook_names[0], "--sample-picker")
-        self.postprocessor: Postprocessor = load_function(self.hook_names[1],
-                                                          "--sample-postprocessor")
+        names = (config.sample_picker or DEFAULT_PICKER,
+                 config.sample_postprocessor or DEFAULT_POSTPROCESSOR)
+        self.hooks = Hooks(load_function(names[0], "--sample-picker"),
+                           load_function(names[1], "--sample-postprocessor"), names)
         self.store = SessionStore(self._new_session, max_sessions=config.max_sessions,
                                   idle_ttl=config.session_ttl,
                                   worker=config.worker_index if config.workers > 1 else None)
@@ -112,15 +106,9 @@ class Gateway:
         self.started_at = time.time()
         self.vocab_size = renderer.tokenizer.vocab_size
         renderer.tokenizer.start_fast_encoder()  # tokenizing appended messages: the hot path
-        self._background: set[asyncio.Task[None]] = set()
         self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
-        self._probed_at = -PROBE_EVERY_S
-        self._engine_error: str | None = None
-        self.routing_layers, self.routing_top_k = routing_shape(config)
-        self._unpaused = asyncio.Event()
-        self._unpaused.set()
-        self.pause_mode: PauseMode | None = None
-        """The mode of the pause in force (None: not paused)."""
+        self.control = EngineControl(engine, config, self.metrics)
+        self.routing = RoutingReplay(config)
         self.journal: Journal | None = None
         if config.journal is not None:  # one journal folder per worker
             self.journal = Journal(config.journal if config.workers == 1 else
@@ -131,13 +119,19 @@ class Gateway:
             self.store.restore(state.live, state.gone)
             self.store.on_forget = self.journal.deleted
 
+    @property
+    def describer(self) -> Describer:
+        """Who describes this gateway's sessions (its renderer and instance id)."""
+        return Describer(self.renderer, self.instance_id)
+
     def _new_session(self, session_id: str) -> Session:
         if self.config.session_version == "v2":
             return TreeSession(session_id, self.renderer, self.matcher,
-                               max_nodes=self.config.max_nodes or MAX_NODES)
+                               max_nodes=self.config.max_nodes or MAX_NODES,
+                               api_state=ApiState())
         max_rollback = 1 if self.config.max_rollback is None else self.config.max_rollback
         return LinearSession(session_id, self.renderer, self.matcher,
-                             max_rollback=max_rollback)
+                             max_rollback=max_rollback, api_state=ApiState())
 
     async def create_session(self) -> Session:
         session = self.store.create()
@@ -197,7 +191,7 @@ class Gateway:
         return await loop.run_in_executor(self.workers, functools.partial(fn, *args))
 
     async def _plan(self, session: Session, request: TurnRequest) -> TurnPlan:
-        """Plan a heavy turn in the worker pool (a light one plans on the loop)."""
+        """Plan an offloaded turn in the worker pool (others plan on the loop)."""
         session.begin()  # claimed on the loop: no second turn can start meanwhile
         try:
             return await self.offload(session.prepare, request)
@@ -206,27 +200,27 @@ class Gateway:
             raise
 
     async def run_turn(self, session: Session, request: TurnRequest,
-                       params: SamplingParams, *, heavy: bool = False,
+                       params: SamplingParams, *, offload: bool = False,
                        response_id: str | None = None) -> TurnOutcome:
-        """One turn; ``heavy``: render the prompt (and parse the reply) off the event loop.
+        """One turn; ``offload``: render the prompt (and parse the reply) off the event loop.
         ``response_id``: the API response's id (v2 nodes keep it: the join key between
         an agent's branch and its leaf)."""
-        turn = await self._start_turn(session, request, params, heavy, response_id)
+        turn = await self._start_turn(session, request, params, offload, response_id)
         try:
             try:
                 turn.engine_started = time.perf_counter()
                 result = await self.engine.generate(turn.plan.prompt_ids, turn.params,
                                                     turn.rid, replay=turn.replay)
             except asyncio.CancelledError:  # the client went away: stop the engine too
-                self._abort_later(turn.rid)
+                self.control.abort_later(turn.rid)
                 raise
-            return await self._finish_turn(session, turn, result, heavy)
+            return await self._finish_turn(session, turn, result, offload)
         except BaseException:
             session.release(turn.plan)
             raise
 
     async def run_turn_stream(self, session: Session, request: TurnRequest,
-                              params: SamplingParams, *, heavy: bool = False,
+                              params: SamplingParams, *, offload: bool = False,
                               response_id: str | None = None
                               ) -> AsyncGenerator[StreamChunk | TurnOutcome, None]:
         """One turn, streamed: :class:`StreamChunk` s (the output ids so far) as the engine
@@ -235,7 +229,7 @@ class Gateway:
         committed state). Closing the iterator early (a client that left) aborts the
         engine request and leaves the session as it was. The record is the one
         :meth:`run_turn` would store."""
-        turn = await self._start_turn(session, request, params, heavy, response_id)
+        turn = await self._start_turn(session, request, params, offload, response_id)
         finished = False
         try:
             result: GenerateResult | None = None
@@ -252,22 +246,21 @@ class Gateway:
             if result is None:
                 raise EngineError(f"the engine stream of {turn.rid} ended without a result",
                                   code="engine_protocol_error")
-            outcome = await self._finish_turn(session, turn, result, heavy)
+            outcome = await self._finish_turn(session, turn, result, offload)
         except BaseException:
             if not finished:
-                self._abort_later(turn.rid)
+                self.control.abort_later(turn.rid)
             session.release(turn.plan)
             raise
         yield outcome
 
     async def _start_turn(self, session: Session, request: TurnRequest,
-                          params: SamplingParams, heavy: bool,
+                          params: SamplingParams, offload: bool,
                           response_id: str | None) -> _Turn:
         """Plan the turn (the session is claimed until it is committed or released) and
         settle its engine request; while the engine is paused, wait (held, not failed)."""
         started = time.perf_counter()
-        held = 0.0
-        plan = await self._plan(session, request) if heavy else session.plan(request)
+        plan = await self._plan(session, request) if offload else session.plan(request)
         plan.response_id = response_id
         try:
             if self.config.max_prompt_tokens is not None and \
@@ -277,26 +270,22 @@ class Gateway:
                                  code="prompt_too_long")
             rid = f"{session.session_id}_t{len(session.records):06d}_{os.urandom(4).hex()}"
             params = await self._sampling(params, len(plan.prompt_ids))
-            replay = self._replay(plan)
-            if not self._unpaused.is_set():
-                self.metrics.inc("turns_held_total")
-                waited = time.perf_counter()
-                await self._unpaused.wait()
-                held = time.perf_counter() - waited
+            replay = self.routing.request(plan)
+            held = await self.control.wait_unpaused()
         except BaseException:
             session.release(plan)
             raise
         return _Turn(plan, params, replay, rid, started, started, held)
 
     async def _finish_turn(self, session: Session, turn: _Turn, result: GenerateResult,
-                           heavy: bool) -> TurnOutcome:
+                           offload: bool) -> TurnOutcome:
         """Check the engine's output, parse it and commit the turn (the caller releases
         the plan if this raises)."""
         plan, replay = turn.plan, turn.replay
         engine_done = time.perf_counter()
         output = check_output(result, self.vocab_size)
-        routed, indexer = self._replay_rows(replay, result, plan, output)
-        if heavy or len(output.ids) > PARSE_INLINE_MAX:
+        routed, indexer = self.routing.rows(replay, result, plan, output)
+        if offload or len(output.ids) > PARSE_INLINE_MAX:
             parsed = await self.offload(self.renderer.parse, result.output_ids,
                                         result.finish_reason)
         else:
@@ -332,82 +321,6 @@ class Gateway:
                      prompt=len(plan.prompt_ids), bridge=len(plan.bridge_ids),
                      generated=len(result.output_ids), cached=result.cached_tokens or 0)
 
-    def _replay(self, plan: TurnPlan) -> ReplayRequest | None:
-        """What the engine must return for routing/indexer replay (None: replay is off)."""
-        if not self.config.replay:
-            return None
-        start = replay_start(plan) if self.config.incremental_routing else 0
-        return ReplayRequest(routed_experts=self.config.routing_replay,
-                             indexer_topk=self.config.indexer_replay, start_len=start)
-
-    def _replay_rows(self, replay: ReplayRequest | None, result: GenerateResult,
-                     plan: TurnPlan, output: CheckedOutput
-                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """The turn's routing and indexer rows (int32 views of the engine's bytes)."""
-        if replay is None:
-            return None, None
-        rows = max(len(plan.prompt_ids) + len(output.ids) - 1 - replay.start_len, 0)
-        routed = None if not replay.routed_experts else decode_rows(
-            result.routed_experts, rows=rows, layers=self.routing_layers or 1,
-            top_k=self.routing_top_k, field="routed_experts")
-        indexer = None
-        if replay.indexer_topk and result.indexer_topk is not None:
-            layers = result.indexer_topk_num_layers
-            if layers is None or layers < 1:
-                raise EngineError("meta_info.indexer_topk came without a positive "
-                                  "indexer_topk_num_layers", code="engine_protocol_error")
-            indexer = decode_rows(result.indexer_topk, rows=rows, layers=layers, top_k=None,
-                                  field="indexer_topk")
-        return routed, indexer
-
-    def stored_sizes(self) -> dict[str, float]:
-        """What the live sessions hold: token ids (of their active paths), and the bytes of
-        their stored ids (a v1 session of a family without trailing trim keeps them once,
-        in its snapshot), logprobs and routing rows (gauges of ``/metrics``). Walks every
-        live record: run it in the worker pool."""
-        tokens = stored = routing = 0
-        for session in self.store.values():
-            tokens += session.num_tokens
-            if isinstance(session, TreeSession):
-                records = [n.record for n in session.nodes]
-                stored += sum(rec.bridge_ids.nbytes + rec.output_ids.nbytes
-                              for rec in records)
-            else:
-                records = session.records
-                stored += session.ids_nbytes
-            for rec in records:
-                stored += rec.logprobs.nbytes
-                for rows in (rec.routed_experts, rec.indexer_topk):
-                    if rows is not None:
-                        routing += rows.nbytes
-        return {"stored_tokens": tokens, "stored_bytes": stored + routing,
-                "stored_routing_bytes": routing}
-
-    # -- engine control (forwarded) --------------------------------------------------------
-    async def pause(self, mode: PauseMode | None = None) -> PauseMode:
-        """Pause the engine (default: ``--pause-generation-mode``); turns that arrive
-        meanwhile are held until :meth:`resume`, not failed."""
-        mode = mode or self.config.pause_generation_mode  # type: ignore[assignment]
-        assert mode is not None
-        self._unpaused.clear()
-        try:
-            await self.engine.pause(mode)
-        except BaseException:
-            if self.pause_mode is None:
-                self._unpaused.set()
-            raise
-        self.pause_mode = mode
-        self.metrics.inc("engine_pauses_total")
-        return mode
-
-    async def resume(self) -> None:
-        await self.engine.resume()
-        self.pause_mode = None
-        self._unpaused.set()
-
-    async def update_weight_version(self, version: str) -> None:
-        await self.engine.update_weight_version(version)
-
     async def _store_turn(self, session: Session, turn: TurnCommit,
                           plan: TurnPlan) -> None:
         """Apply a prepared turn once the journal has it (without a journal the caller
@@ -426,199 +339,3 @@ class Gateway:
         except asyncio.CancelledError:
             await task
             raise
-
-    async def engine_state(self, *, refresh: bool = False) -> str | None:
-        """None when the engine is up, else why not (probed at most once a second)."""
-        now = time.monotonic()
-        if refresh or now - self._probed_at >= PROBE_EVERY_S:
-            try:
-                self._engine_error = await asyncio.wait_for(self.engine.probe(), 5.0)
-            except Exception as exc:  # a probe that itself fails says the engine is down
-                self._engine_error = f"{type(exc).__name__}: {exc}"
-            self._probed_at = time.monotonic()
-        return self._engine_error
-
-    def _abort_later(self, rid: str) -> None:
-        """Abort ``rid`` on the engine without waiting (we are being cancelled)."""
-
-        async def abort() -> None:
-            try:
-                await self.engine.abort(rid)
-            except Exception:
-                log.warning("aborting %s on the engine failed", rid, exc_info=True)
-
-        task = asyncio.create_task(abort())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        self.metrics.inc("engine_aborts_total")
-
-    # -- samples -------------------------------------------------------------------------
-    async def samples_payload(self, session: Session, max_seq_len: int | None,
-                              metadata: dict[str, Any] | None, *,
-                              include_response: bool = True) -> bytes:
-        """Assemble and encode the session's samples in the worker pool, from what is
-        committed: a turn still running (or one sent meanwhile) is not in them, and the
-        session metadata says ``turn_in_progress: true`` (a collector that gave up on its
-        agent still gets the trajectory so far). The collection reads copies taken here
-        (committed records never change), so turns go on meanwhile."""
-        limit = max_seq_len if max_seq_len is not None else self.config.max_seq_len
-        running = session.in_flight
-        if isinstance(session, TreeSession):
-            return await self.offload(self._tree_samples_payload, session,
-                                      session.nodes[:], limit, metadata or {},
-                                      include_response, running)
-        view = _LinearView(session.records[:], session.messages[:],
-                           session.snapshot.view().copy(), session.tools)
-        return await self.offload(self._samples_payload, session, view, limit, metadata,
-                                  include_response, running)
-
-    def _samples_payload(self, session: LinearSession, view: _LinearView, limit: int | None,
-                         metadata: dict[str, Any] | None, include_response: bool,
-                         running: bool) -> bytes:
-        session_meta = self.path_metadata(session, view.records, view.messages, view.ids,
-                                          view.tools)
-        sample_meta = {**(metadata or {}), **session_meta}
-        session_meta["turn_in_progress"] = running  # the payload's, not each sample's
-        result = assemble(
-            view.records,
-            decode=self.renderer.tokenizer.decode,
-            max_seq_len=limit,
-            metadata=sample_meta,
-            include_response=include_response,
-            routing=self.config.routing_replay,
-            indexer=self.config.indexer_replay,
-        )
-        self._count_samples(result.samples)
-        return encode_samples(result.samples, session_metadata=session_meta,
-                              empty_reason=result.empty_reason)
-
-    def _tree_samples_payload(self, session: TreeSession, nodes: list[Node],
-                              limit: int | None, agent: dict[str, Any],
-                              include_response: bool, running: bool) -> bytes:
-        """One sample per leaf (as v1 assembles a path), then the picker and the
-        postprocessor (design §6)."""
-        session_meta = self.session_metadata(session, nodes)
-        session_meta["turn_in_progress"] = running
-        leaves = [LeafPath([n.id for n in path], [n.record for n in path], leaf.parent,
-                           leaf.response_id)
-                  for leaf in leaves_of(nodes) for path in [path_of(nodes, leaf.id)]]
-
-        def metadata_of(leaf: LeafPath) -> dict[str, Any]:
-            path = [nodes[i] for i in leaf.path_node_ids]
-            return {**agent, **self.trajectory_metadata(session, path)}
-
-        samples: list[Sample] = assemble_leaves(
-            leaves, decode=self.renderer.tokenizer.decode, max_seq_len=limit,
-            metadata_of=metadata_of, include_response=include_response,
-            routing=self.config.routing_replay, indexer=self.config.indexer_replay)
-        self.metrics.inc("leaf_samples_total", len(samples))
-        if samples:
-            samples = run_hooks(samples, picker=self.picker, postprocessor=self.postprocessor,
-                                names=self.hook_names, session_metadata=session_meta,
-                                agent_metadata=agent)
-        empty = None if samples else ("no_records" if not nodes else "all_truncated")
-        self._count_samples(samples)
-        return encode_samples(samples, session_metadata=session_meta, empty_reason=empty)
-
-    def _count_samples(self, samples: list[Sample]) -> None:
-        """``samples_total`` and the mismatch classes of the samples collected."""
-        self.metrics.inc("samples_total", len(samples))
-        for sample in samples:
-            report = sample.metadata.get("tito_session_mismatch")
-            if isinstance(report, list) and report:
-                self.metrics.mismatch([str(item.get("type")) for item in report
-                                       if isinstance(item, dict)])
-
-    def session_metadata(self, session: Session, nodes: list[Node] | None = None
-                         ) -> dict[str, Any]:
-        """The session's metadata: that of its (active) path; a v2 tree adds ``tree``."""
-        if isinstance(session, LinearSession):
-            return self.path_metadata(session, session.records, session.messages,
-                                      session.snapshot.view(), session.tools)
-        nodes = session.nodes[:] if nodes is None else nodes
-        leaf = session.active_leaf if session.active_leaf is not None and \
-            session.active_leaf < len(nodes) else (len(nodes) - 1 if nodes else None)
-        path = [] if leaf is None else path_of(nodes, leaf)
-        meta = self.trajectory_metadata(session, path)
-        meta["tree"] = tree_view(nodes, leaf)
-        return meta
-
-    def trajectory_metadata(self, session: Session, path: list[Node]) -> dict[str, Any]:
-        """The metadata of one root→node path of a tree (what v1 reports for its path)."""
-        records = [n.record for n in path]
-        tools = next((n.tools for n in reversed(path) if n.tools is not None), None)
-        return self.path_metadata(session, records, path_messages(path),
-                                  snapshot_ids(records), tools)
-
-    def path_metadata(self, session: Session, records: list[TurnRecord],
-                      messages: list[Message], ids: np.ndarray,
-                      tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """The metadata of one path (records, its messages, its ids), mismatch report
-        included: what a sample of it carries."""
-        meta: dict[str, Any] = {
-            "session_id": session.session_id,
-            "session_version": session.version,
-            "family": self.renderer.family,
-            "num_turns": len(records),
-            "num_messages": len(messages),
-            "num_tokens": len(ids),
-            "max_trailing_trim": self.renderer.max_trailing_trim,
-            "max_trim_tokens": self.renderer.max_trailing_trim,
-            "instance_id": self.instance_id,
-        }
-        kwargs = records[-1].request.get("chat_template_kwargs") if records else None
-        try:
-            meta["tito_session_mismatch"] = mismatch_report(
-                self.renderer, messages, np.asarray(ids), tools=tools, template_kwargs=kwargs)
-        except TitoError as exc:
-            meta["tito_session_mismatch_error"] = exc.message
-        return meta
-
-
-@dataclass(frozen=True, slots=True)
-class _LinearView:
-    """What a v1 collection reads: copies taken on the event loop."""
-
-    records: list[TurnRecord]
-    messages: list[Message]
-    ids: np.ndarray
-    tools: list[dict[str, Any]] | None
-
-
-def routing_shape(config: ServerConfig) -> tuple[int | None, int | None]:
-    """(layers, top_k) of routing rows: ``--routing-layers``, else ``num_hidden_layers`` of
-    the model's ``config.json`` in the tokenizer folder; top_k from its
-    ``num_experts_per_tok`` when present (None: inferred from each payload)."""
-    if not config.routing_replay:
-        return None, None
-    model: dict[str, Any] = {}
-    path = os.path.join(config.tokenizer or "", "config.json")
-    if config.tokenizer and os.path.isfile(path):
-        try:
-            with open(path, "rb") as f:
-                loaded = orjson.loads(f.read())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from exc
-        model = loaded.get("text_config", loaded) if isinstance(loaded, dict) else {}
-    layers = config.routing_layers or model.get("num_hidden_layers")
-    if not isinstance(layers, int) or layers < 1:
-        raise ConfigError("--routing-replay needs the number of layers per routing row: pass "
-                          "--routing-layers N, or put the model's config.json (with "
-                          "num_hidden_layers) in the --tokenizer folder")
-    top_k = model.get("num_experts_per_tok")
-    return layers, top_k if isinstance(top_k, int) and top_k > 0 else None
-
-
-def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
-    """``metadata.tree``: every node and every leaf with its path (design §5.2)."""
-    return {
-        "active_leaf": active_leaf,
-        "nodes": [{"id": n.id, "parent": n.parent, "depth": n.depth,
-                   "truncated": n.truncated, "completion_span": list(n.completion_span),
-                   "num_tokens": n.record.checkpoint_len, "finish_reason":
-                   n.record.finish_reason, "committed_at": n.record.commit_ts,
-                   "response_id": n.response_id}
-                  for n in nodes],
-        "leaves": [{"node_id": leaf.id, "path_node_ids": [p.id for p in path_of(nodes, leaf.id)]}
-                   for leaf in leaves_of(nodes)],
-    }

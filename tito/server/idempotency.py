@@ -18,7 +18,6 @@ from typing import Any
 from starlette.requests import Request
 from xxhash import xxh3_128_intdigest
 
-from tito.session import Session
 from tito.types.errors import ErrorKind, TitoError
 
 
@@ -73,13 +72,6 @@ class TurnReplies:
 
     running: tuple[RetryKey, asyncio.Future[Any]] | None = None
     answered: tuple[RetryKey, Any] | None = None
-
-    @classmethod
-    def of(cls, session: Session) -> TurnReplies:
-        replies = session.api_state.get("replies")
-        if replies is None:
-            replies = session.api_state["replies"] = cls()
-        return replies
 
     async def replay(self, retry: RetryKey) -> Any | None:
         """The answer ``retry`` should get again (waiting for its turn if it runs), else

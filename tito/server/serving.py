@@ -1,10 +1,6 @@
-"""The serving core every API module shares (design §3.2): read a turn's body, run the
-turn with idempotent retries and disconnect handling, and give the API its outcome.
-
-An API module (:mod:`tito.server.openai`, :mod:`tito.server.anthropic`,
-:mod:`tito.server.responses`) only converts: its request into a
-:class:`~tito.types.messages.TurnRequest` and :class:`~tito.types.engine.SamplingParams`,
-and the :class:`~tito.server.gateway.TurnOutcome` into its own reply body.
+"""The serving steps every API's turn route takes (design §3.2; the route itself is
+:mod:`tito.server.adapter`): read a turn's body, run the turn with idempotent retries and
+disconnect handling, or open it as a stream of text deltas.
 """
 
 from __future__ import annotations
@@ -19,9 +15,10 @@ from starlette.responses import StreamingResponse
 
 from tito.parse.base import stable_call_ids
 from tito.parse.stream import Delta, DeltaStream, Parse
+from tito.server.api_state import ApiState
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, read_body
-from tito.server.idempotency import RetryKey, TurnReplies
+from tito.server.idempotency import RetryKey
 from tito.session import Session
 from tito.types.engine import SamplingParams, StreamChunk
 from tito.types.errors import TitoError
@@ -34,27 +31,31 @@ R = TypeVar("R")
 
 OFFLOAD_BYTES = 256 * 1024
 """Request bodies above this size are decoded, validated and rendered off the event loop."""
+STREAM_PARSE_EVERY = 4
+"""A streamed turn's text is parsed again after this many new ids (or a 16th of the ids
+so far, whichever is more)."""
 
 
 async def read_turn_body(gateway: Gateway, request: Request, decode: Callable[[bytes], R]
                          ) -> tuple[bytes, bool, R]:
-    """(raw body, heavy, decoded): a body over :data:`OFFLOAD_BYTES` is *heavy*: decoded
-    (and later rendered and parsed) in the worker pool, so it never stalls other sessions."""
+    """(raw body, offload, decoded): a body over :data:`OFFLOAD_BYTES` is *offloaded*:
+    decoded (and later rendered and parsed) in the worker pool, so it never stalls other
+    sessions."""
     raw = await read_body(request, gateway.config.max_body_bytes)
-    heavy = len(raw) > OFFLOAD_BYTES
-    decoded = await gateway.offload(decode, raw) if heavy else decode(raw)
-    return raw, heavy, decoded
+    offload = len(raw) > OFFLOAD_BYTES
+    decoded = await gateway.offload(decode, raw) if offload else decode(raw)
+    return raw, offload, decoded
 
 
 async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw: bytes,
-                       turn: TurnRequest, params: SamplingParams, *, heavy: bool,
+                       turn: TurnRequest, params: SamplingParams, *, offload: bool,
                        response_id: str, build: Callable[[TurnOutcome], B]) -> B:
     """Run one turn and return ``build(outcome)``; a retry of the running or the last
     answered turn (``Idempotency-Key``, or an SDK retry of the same body) gets that turn's
     body instead of a second generation. A client that disconnects cancels the turn (the
     engine request is aborted, nothing is stored)."""
     retry = RetryKey.of(request, raw)
-    replies = TurnReplies.of(session)
+    replies = ApiState.of(session).replies
     answer = await replies.replay(retry) if retry.may_repeat else None
     if answer is not None:
         gateway.metrics.inc("idempotent_replays_total")
@@ -62,7 +63,7 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
     running = replies.start(retry)
     try:
         outcome = await cancel_on_disconnect(
-            request, gateway.run_turn(session, turn, params, heavy=heavy,
+            request, gateway.run_turn(session, turn, params, offload=offload,
                                       response_id=response_id))
         body = build(outcome)
     except BaseException as exc:
@@ -88,7 +89,8 @@ class TurnStream:
     route: str = ""
     """The route's path template (the ``route`` label of a failure in ``/metrics``)."""
 
-    async def deltas(self, parse: Parse, every: int) -> AsyncIterator[Delta | TurnOutcome]:
+    async def deltas(self, parse: Parse, every: int = STREAM_PARSE_EVERY
+                     ) -> AsyncIterator[Delta | TurnOutcome]:
         """Text deltas and complete tool calls as the engine generates (see
         :mod:`tito.parse.stream`), then the rest of the committed message, then the
         committed outcome."""
@@ -135,9 +137,9 @@ class TurnStream:
 
 
 async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest,
-                           params: SamplingParams, *, heavy: bool,
+                           params: SamplingParams, *, offload: bool,
                            response_id: str, route: str = "") -> TurnStream:
-    events = gateway.run_turn_stream(session, turn, params, heavy=heavy,
+    events = gateway.run_turn_stream(session, turn, params, offload=offload,
                                      response_id=response_id)
     try:
         first = await anext(events)

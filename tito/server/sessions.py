@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from tito.config import PAUSE_MODES
-from tito.server import openai
 from tito.server.api import Api
-from tito.server.gateway import Gateway, tree_view
+from tito.server.errors import error_response, status_of
+from tito.server.gateway import Gateway
 from tito.server.http import check_depth, int_query, json_response, read_body, read_json
-from tito.session import TreeSession
+from tito.server.samples import samples_payload, stored_sizes
 from tito.types.errors import BadRequest, NotFound
 
 MAX_PAGE = 1000
@@ -24,7 +24,7 @@ PAGE_ID_BUDGET = 65_536
 
 async def health(gateway: Gateway, request: Request) -> Response:
     """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer."""
-    engine_error = await gateway.engine_state()
+    engine_error = await gateway.control.engine_state()
     return json_response({
         "status": "ok" if engine_error is None else "degraded",
         "instance_id": gateway.instance_id,
@@ -35,11 +35,11 @@ async def health(gateway: Gateway, request: Request) -> Response:
                    **_pool_view(gateway.engine)},
         "family": gateway.renderer.family,
         "session_version": gateway.config.session_version,
-        "paused": gateway.pause_mode,
+        "paused": gateway.control.pause_mode,
         "pause_generation_mode": gateway.config.pause_generation_mode,
         "routing_replay": {"enabled": gateway.config.routing_replay,
                            "incremental": gateway.config.incremental_routing,
-                           "layers": gateway.routing_layers, "top_k": gateway.routing_top_k},
+                           "layers": gateway.routing.layers, "top_k": gateway.routing.top_k},
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         "capabilities": {
@@ -68,7 +68,7 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
     if isinstance(stale, int):  # requests resent after an idle-closed pooled connection
         gauges["engine_stale_retries_total"] = stale
     # a walk over every live record: off the event loop (a gauge may be a moment stale)
-    gauges.update(await gateway.offload(gateway.stored_sizes))
+    gauges.update(await gateway.offload(stored_sizes, gateway))
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
@@ -137,8 +137,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
             "last_active": session.last_active,
         },
     }
-    if isinstance(session, TreeSession):  # the records above are the active path's
-        body["metadata"]["tree"] = tree_view(session.nodes, session.active_leaf)
+    body["metadata"].update(session.details())  # a tree's: the records are its active path's
     if _flag(request, "include_messages"):
         body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)
@@ -168,8 +167,8 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     include_response = data.get("include_response", True)
     if not isinstance(include_response, bool):
         raise BadRequest("include_response must be true or false")
-    payload = await gateway.samples_payload(session, max_seq_len, metadata,
-                                      include_response=include_response)
+    payload = await samples_payload(gateway, session, max_seq_len, metadata,
+                                    include_response=include_response)
     return Response(payload, media_type="application/octet-stream")
 
 
@@ -182,14 +181,14 @@ async def pause(gateway: Gateway, request: Request) -> Response:
     mode = data.get("mode")
     if mode is not None and mode not in PAUSE_MODES:
         raise BadRequest(f"unknown pause mode {mode!r}; use one of {', '.join(PAUSE_MODES)}")
-    used = await gateway.pause(mode)
+    used = await gateway.control.pause(mode)
     return json_response({"status": "ok", "paused": True, "mode": used})
 
 
 async def resume(gateway: Gateway, request: Request) -> Response:
     """Continue generation (SGLang's ``/continue_generation``); held turns proceed."""
     await read_body(request, gateway.config.max_body_bytes)  # SGLang's options: ignored
-    await gateway.resume()
+    await gateway.control.resume()
     return json_response({"status": "ok", "paused": False})
 
 
@@ -199,7 +198,7 @@ async def update_weight_version(gateway: Gateway, request: Request) -> Response:
     version = data.get("new_version") if isinstance(data, dict) else None
     if not isinstance(version, str) or not version:
         raise BadRequest('update_weight_version body must be {"new_version": "<version>"}')
-    await gateway.update_weight_version(version)
+    await gateway.control.update_weight_version(version)
     return json_response({"success": True, "new_version": version})
 
 
@@ -210,8 +209,8 @@ async def unknown_session_route(gateway: Gateway, request: Request) -> Response:
 
 API = Api(
     name="sessions",
-    status_of=openai.API.status_of,
-    error_response=openai.API.error_response,
+    status_of=status_of,
+    error_response=error_response,
     routes=[
         ("/health", health, ["GET"]),
         ("/metrics", metrics, ["GET"]),

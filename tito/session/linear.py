@@ -14,26 +14,25 @@ leaves the session exactly as it was.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tito.render.base import TemplateRenderer
+from tito.session.base import SessionBase, StoredBytes
+from tito.session.collect import LinearCollection
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import Matcher
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
-    build_commit,
-    exact_matches,
     extend_in_place,
     extended_snapshot,
     extension,
     first_turn,
     match_len,
 )
-from tito.types.engine import CheckedOutput, GenerateResult
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
 from tito.types.records import TurnRecord, snapshot_ids
@@ -41,17 +40,14 @@ from tito.types.records import TurnRecord, snapshot_ids
 __all__ = ["LinearSession", "TurnCommit", "TurnPlan"]
 
 
-class LinearSession:
+class LinearSession(SessionBase):
     """The state of one v1 trajectory."""
 
-    version = "v1"
+    version: ClassVar[str] = "v1"
 
     def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
-                 *, max_rollback: int = 1) -> None:
-        self.session_id = session_id
-        self.renderer = renderer
-        self.matcher = matcher
-        self._exact = exact_matches(matcher)
+                 *, max_rollback: int = 1, api_state: object = None) -> None:
+        super().__init__(session_id, renderer, matcher, api_state)
         self.max_rollback = max_rollback
         self.messages: list[Message] = []
         self.records: list[TurnRecord] = []
@@ -65,22 +61,8 @@ class LinearSession:
         """The storage the records' ids view (None: none yet)."""
         self.tools: list[dict[str, Any]] | None = None
         self.in_flight = False
-        self.closed = False
-        self.api_state: dict[str, Any] = {}
-        """What the API layer keeps per session (e.g. the last answer, for retries)."""
-        self.created_at = time.time()
-        self.last_active = self.created_at
 
     # -- planning -------------------------------------------------------------------------
-    def plan(self, request: TurnRequest) -> TurnPlan:
-        """Validate ``request`` and compute its prompt ids; raises before any mutation."""
-        self.begin()
-        try:
-            return self.prepare(request)
-        except BaseException:
-            self.in_flight = False
-            raise
-
     def begin(self) -> None:
         """Claim the session for one turn (409 while another one runs)."""
         if self.in_flight:
@@ -137,21 +119,6 @@ class LinearSession:
         """The turn failed (or the claim of :meth:`begin` is given up): the session is left
         exactly as before the request."""
         self.in_flight = False
-
-    def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-               message: Message) -> TurnRecord:
-        """Store the generation (applying the planned rollback first), atomically."""
-        turn = self.prepare_commit(plan, result, output, message)
-        self.apply(turn, plan)
-        return turn.record
-
-    def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-                       message: Message, *, routed: np.ndarray | None = None,
-                       routed_start: int = 0, indexer: np.ndarray | None = None
-                       ) -> TurnCommit:
-        """The committed turn, built without changing the session (it may fail)."""
-        return build_commit(plan, result, output, message, routed=routed,
-                            routed_start=routed_start, indexer=indexer)
 
     def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
         """Apply a prepared turn. With its ``plan`` the snapshot is extended (its room is
@@ -214,3 +181,19 @@ class LinearSession:
         if self._shared_ids and self.records:
             return self.snapshot.storage.nbytes
         return sum(rec.bridge_ids.nbytes + rec.output_ids.nbytes for rec in self.records)
+
+    def collection(self) -> LinearCollection:
+        return LinearCollection(self.session_id, self.version, self.records[:],
+                                self.messages[:], self.checkpoint_ends[:],
+                                self.snapshot.view().copy(), self.tools, self.in_flight)
+
+    def stored_bytes(self) -> StoredBytes:
+        records = self.records
+        return StoredBytes(tokens=self.num_tokens, ids=self.ids_nbytes,
+                           logprobs=sum(rec.logprobs.nbytes for rec in records),
+                           routing=self.routing_bytes(records))
+
+    def view_key(self) -> Hashable:
+        last = self.records[-1] if self.records else None
+        return ("v1", len(self.records), None if last is None else last.commit_ts,
+                self.in_flight)

@@ -16,81 +16,35 @@ committed node, the *active leaf*; a failed request never moves it.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tito.render.base import TemplateRenderer
+from tito.session.base import SessionBase, StoredBytes
+from tito.session.collect import TreeCollection
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import Matcher
+from tito.session.metadata import tree_view
+from tito.session.nodes import Node, leaves_of, path_messages, path_of
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
-    build_commit,
-    exact_matches,
     extend_in_place,
     extended_snapshot,
     extension,
     first_turn,
     match_len,
 )
-from tito.types.engine import CheckedOutput, GenerateResult
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
 from tito.types.records import TurnRecord, snapshot_ids
 
+__all__ = ["MAX_NODES", "Node", "TreeSession", "attach_point", "leaves_of", "path_messages",
+           "path_of"]
+
 MAX_NODES = 1024
-
-
-@dataclass(slots=True)
-class Node:
-    """One committed generation and the messages it added to its parent's path."""
-
-    id: int
-    """Creation (= commit) order: the only ordering key."""
-    parent: int | None
-    depth: int
-    """0 for a root."""
-    delta: list[Message]
-    """The request messages this node appended to its parent's path, then the assistant."""
-    tools: list[dict[str, Any]] | None
-    record: TurnRecord
-    path_messages: int
-    """Messages on the root→node path (this node's assistant included)."""
-    response_id: str | None = None
-    children: list[int] = field(default_factory=list)
-
-    @property
-    def truncated(self) -> bool:
-        return self.record.finish_reason == "length"
-
-    @property
-    def completion_span(self) -> tuple[int, int]:
-        """Where this node's generated ids sit in its root→node snapshot."""
-        return self.record.prompt_len, self.record.checkpoint_len
-
-
-def path_of(nodes: list[Node], node_id: int) -> list[Node]:
-    """The root→node path of ``node_id``."""
-    path: list[Node] = []
-    current: int | None = node_id
-    while current is not None:
-        node = nodes[current]
-        path.append(node)
-        current = node.parent
-    path.reverse()
-    return path
-
-
-def leaves_of(nodes: list[Node]) -> list[Node]:
-    """Childless nodes, in creation order."""
-    return [n for n in nodes if not n.children]
-
-
-def path_messages(path: list[Node]) -> list[Message]:
-    return [m for node in path for m in node.delta]
 
 
 def attach_point(nodes: list[Node], request: list[Message], matcher: Matcher, *,
@@ -116,17 +70,14 @@ def attach_point(nodes: list[Node], request: list[Message], matcher: Matcher, *,
     return best, best_len
 
 
-class TreeSession:
+class TreeSession(SessionBase):
     """The state of one v2 trajectory tree."""
 
-    version = "v2"
+    version: ClassVar[str] = "v2"
 
     def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
-                 *, max_nodes: int = MAX_NODES) -> None:
-        self.session_id = session_id
-        self.renderer = renderer
-        self.matcher = matcher
-        self._exact = exact_matches(matcher)
+                 *, max_nodes: int = MAX_NODES, api_state: object = None) -> None:
+        super().__init__(session_id, renderer, matcher, api_state)
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
         self._active: tuple[int | None, IdBuffer] = (None, IdBuffer())
@@ -134,10 +85,6 @@ class TreeSession:
         in a worker thread never pairs a leaf with another leaf's ids."""
         self._running = 0
         self._reserved = 0
-        self.closed = False
-        self.api_state: dict[str, Any] = {}
-        self.created_at = time.time()
-        self.last_active = self.created_at
 
     # -- the view (the active path) -------------------------------------------------------
     @property
@@ -181,15 +128,6 @@ class TreeSession:
     def attach_point(self, request: list[Message]) -> tuple[int | None, int]:
         """See :func:`attach_point`."""
         return attach_point(self.nodes, request, self.matcher, exact=self._exact)
-
-    def plan(self, request: TurnRequest) -> TurnPlan:
-        """Validate ``request`` and compute its prompt ids; raises before any mutation."""
-        self.begin()
-        try:
-            return self.prepare(request)
-        except BaseException:
-            self.release()
-            raise
 
     def begin(self) -> None:
         """Claim room for one more node (concurrent turns are allowed: they commit as
@@ -251,19 +189,6 @@ class TreeSession:
         self._running -= 1
         self._reserved -= 1
 
-    def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-                       message: Message, *, routed: np.ndarray | None = None,
-                       routed_start: int = 0, indexer: np.ndarray | None = None
-                       ) -> TurnCommit:
-        return build_commit(plan, result, output, message, routed=routed,
-                            routed_start=routed_start, indexer=indexer)
-
-    def commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
-               message: Message) -> TurnRecord:
-        turn = self.prepare_commit(plan, result, output, message)
-        self.apply(turn, plan)
-        return turn.record
-
     def apply(self, turn: TurnCommit, plan: TurnPlan | None) -> None:
         """Add the turn's node under its parent and make it the active leaf. With its
         ``plan`` the token snapshot follows (room allocated first); without (journal
@@ -298,3 +223,33 @@ class TreeSession:
     def rebuild_snapshot(self) -> None:
         """The active leaf's token snapshot from the records (after a journal replay)."""
         self._active = (self.active_leaf, IdBuffer(snapshot_ids(self.records)))
+
+    # -- views ----------------------------------------------------------------------------
+    def collection(self) -> TreeCollection:
+        return TreeCollection(self.session_id, self.version, self.nodes[:], self.active_leaf,
+                              self.in_flight)
+
+    def stored_bytes(self) -> StoredBytes:
+        records = [n.record for n in self.nodes]
+        return StoredBytes(
+            tokens=self.num_tokens,
+            ids=sum(rec.bridge_ids.nbytes + rec.output_ids.nbytes for rec in records),
+            logprobs=sum(rec.logprobs.nbytes for rec in records),
+            routing=self.routing_bytes(records))
+
+    def response_messages(self, response_id: str) -> list[Message] | None:
+        """A tree keeps every node's response id: the messages of that node's path."""
+        nodes = self.nodes
+        for node in reversed(nodes):
+            if node.response_id == response_id:
+                return path_messages(path_of(nodes, node.id))
+        return None
+
+    def details(self) -> dict[str, Any]:
+        return {"tree": tree_view(self.nodes, self.active_leaf)}
+
+    def counts(self) -> dict[str, int]:
+        return {"nodes": len(self.nodes), "leaves": len(leaves_of(self.nodes))}
+
+    def view_key(self) -> Hashable:
+        return ("v2", len(self.nodes), self.in_flight)

@@ -3,7 +3,7 @@
 Every error the gateway reports is a :class:`TitoError`: a :class:`ErrorKind` (what went
 wrong, in transport-neutral terms), a stable snake_case ``code`` and a human ``message``.
 The core raises them without knowing about HTTP; each API module maps the kind to its own
-status and error envelope (``tito/server/openai/errors.py``), and the CLI maps
+status and error envelope (``tito/server/errors.py``), and the CLI maps
 :attr:`ErrorKind.CONFIG` to exit status 2.
 """
 

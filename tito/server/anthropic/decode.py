@@ -26,7 +26,8 @@ when they are the same JSON (:func:`~tito.server.growing_body.same_json`): the a
 reply the client sends back becomes the gateway's own message, so the session compares
 its history with the request by identity, not value by value, and keeps one copy.
 
-Pure: no I/O. The state lives in the session's ``api_state`` (key :data:`STATE`).
+Pure: no I/O. The state lives in the session's :class:`~tito.server.api_state.ApiState`
+(``messages_body``).
 """
 
 from __future__ import annotations
@@ -44,13 +45,11 @@ from tito.server.anthropic.convert import (
     tools_of,
 )
 from tito.server.anthropic.models import InputMessage, MessagesRequest, parse_request
+from tito.server.api_state import ApiState
 from tito.server.growing_body import GrowingBody, same_json, share_stored, without_elements
 from tito.server.http import check_depth, decode_growing, decode_json
 from tito.types.errors import BadRequest
 from tito.types.messages import Message, TurnRequest
-
-STATE = "messages_body"
-"""The ``api_state`` key of a session's :class:`LastBody`."""
 
 
 class _Envelope(MessagesRequest):
@@ -77,14 +76,14 @@ class LastBody:
 
 
 def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
-                    api_state: dict[str, Any] | None = None,
-                    known: list[Message] | None = None) -> tuple[MessagesRequest, TurnRequest]:
+                    state: ApiState | None = None,
+                    stored: list[Message] | None = None) -> tuple[MessagesRequest, TurnRequest]:
     """(the validated request *without its messages*, the turn: its chat messages).
-    ``api_state``: the session's, where the last body is kept (None: decode whole, keep
-    nothing). ``known``: the session's stored messages (a copy taken on the event loop)."""
-    last: LastBody | None = api_state.get(STATE) if api_state is not None else None
+    ``state``: the session's API state, where the last body is kept (None: decode whole, keep
+    nothing). ``stored``: the session's stored messages (a copy taken on the event loop)."""
+    last = state.messages_body if state is not None else None
     parsed = decode_growing(body, "messages", None if last is None else last.parsed,
-                            keep=api_state is not None)
+                            keep=state is not None)
     reused = parsed.extended if last is not None else 0  # every message of the last body
     validated = _validated(parsed.data, last, reused, parsed.same_rest, max_depth) \
         if reused and last is not None else None
@@ -106,14 +105,14 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
         kwargs = thinking_kwargs(req, renderer)
         if last is not None and system is not None and system == last.system:
             system = last.system  # the same object as stored
-    if known:
-        if system is not None and system is not known[0] and same_json(system, known[0]):
-            system = known[0]  # e.g. after a restart: the replayed session's own object
-        share_stored(chat, len(last.chat) if reused and last is not None else 0, known,
+    if stored:
+        if system is not None and system is not stored[0] and same_json(system, stored[0]):
+            system = stored[0]  # e.g. after a restart: the replayed session's own object
+        share_stored(chat, len(last.chat) if reused and last is not None else 0, stored,
                      0 if system is None else 1)
-    if api_state is not None:
-        api_state[STATE] = LastBody(without_elements(parsed.state), req, system, chat, tools,
-                                    kwargs)
+    if state is not None:
+        state.messages_body = LastBody(without_elements(parsed.state), req, system, chat,
+                                       tools, kwargs)
     messages = list(chat) if system is None else [system, *chat]  # the state's stays as is
     return req, TurnRequest(messages=messages, tools=tools, template_kwargs=kwargs)
 

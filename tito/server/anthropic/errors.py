@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from tito.server.anthropic.models import ERROR_BODY
-from tito.server.openai.errors import status_of
+from tito.server.errors import status_of
 from tito.types.errors import ErrorKind, TitoError
 
 TYPE: dict[ErrorKind, str] = {

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
-from tito.server.openai.models import Wire, describe_validation_error
+from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
 
 

@@ -4,22 +4,19 @@ Requests are validated only: the session keeps the client's message dicts as sen
 replay matching compares what the client really sends. Unknown top-level fields are
 accepted and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
 ``logprobs``) are ignored on purpose. Responses are built by
-:mod:`tito.server.openai.serving` as TypedDicts and serialized by :class:`Wire`.
+:mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and serialized by :class:`Wire`.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any, Generic, Literal, NotRequired, TypeVar
+from typing import Any, Literal, NotRequired
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
+from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
-
-T = TypeVar("T")
 
 
 class _Open(BaseModel):
@@ -127,18 +124,6 @@ class ChatCompletionRequest(_Open):
         return value
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One readable line per problem: ``messages.2.role: Input should be ...``."""
-    parts = []
-    for err in exc.errors()[:8]:
-        loc = ".".join(str(x) for x in err["loc"]) or "body"
-        parts.append(f"{loc}: {err['msg']}")
-    more = len(exc.errors()) - 8
-    if more > 0:
-        parts.append(f"... and {more} more")
-    return "; ".join(parts)
-
-
 class _Envelope(ChatCompletionRequest):
     """The request with its messages left unvalidated (they are checked one by one)."""
 
@@ -148,12 +133,12 @@ class _Envelope(ChatCompletionRequest):
 _MESSAGE = TypeAdapter(ChatMessage)
 
 
-def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
+def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
                   max_depth: int = 64, same_as: ChatCompletionRequest | None = None,
                   equal_prefix: int = 0) -> tuple[ChatCompletionRequest, bool]:
-    """Validate a chat request: (the request, whether its messages start with ``known``).
+    """Validate a chat request: (the request, whether its messages start with ``stored``).
 
-    ``known``: the session's stored messages (each validated when it was first sent, or
+    ``stored``: the session's stored messages (each validated when it was first sent, or
     written by the gateway). A request whose messages start with exactly these is checked
     only for the rest (and the session need not compare them again); any failure re-runs
     the full validation, so the outcome and the error text are the same as validating
@@ -161,7 +146,7 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     (``--max-json-depth``). ``same_as``: a request this call returned for a body whose
     members other than ``messages`` were byte for byte the same as ``data``'s (see
     :mod:`tito.server.growing_body`); they are not validated again. ``equal_prefix``: how
-    many leading messages are already known to equal ``known``'s (not compared again).
+    many leading messages are already known to equal ``stored``'s (not compared again).
     """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
@@ -169,11 +154,11 @@ def validate_chat(data: Any, known: list[dict[str, Any]] | None = None, *,
     if kwargs is not None and not isinstance(kwargs, dict):
         raise BadRequest("chat_template_kwargs must be an object", code="invalid_template_kwargs")
     messages = data.get("messages")
-    stored = len(known or ())
+    count = len(stored or ())
     new: list[Any] | None = None  # the messages past the stored prefix, when there is one
-    if stored and isinstance(messages, list) and len(messages) >= stored and \
-            messages[equal_prefix:stored] == known[equal_prefix:]:  # type: ignore[index]
-        new = messages[stored:]
+    if count and isinstance(messages, list) and len(messages) >= count and \
+            messages[equal_prefix:count] == stored[equal_prefix:]:  # type: ignore[index]
+        new = messages[count:]
     # the stored prefix was checked when it was first sent, the other members with same_as
     reuse = new is not None and isinstance(same_as, _Envelope)
     check_depth({"messages": new} if reuse else data if new is None
@@ -291,42 +276,6 @@ class ModelList(TypedDict):
     data: list[ModelCard]
 
 
-class ErrorDetail(TypedDict):
-    message: str
-    type: str
-    code: str
-    param: str | None
-
-
-class ErrorBody(TypedDict):
-    """OpenAI's error envelope: ``{"error": {"message", "type", "code", "param"}}``."""
-
-    error: ErrorDetail
-
-
-CHECK_WIRE = os.environ.get("TITO_CHECK_WIRE") == "1"
-"""``TITO_CHECK_WIRE=1`` (the test suite sets it): every response body is validated
-against its declared type before it is sent."""
-
-
-class Wire(Generic[T]):
-    """A response type on the wire, serialized with orjson.
-
-    mypy checks every key the serving modules write (the types are TypedDicts). Validating
-    each body at run time as well cost about 5 us a reply, so only ``TITO_CHECK_WIRE=1``
-    does it (pydantic, strict: a wrong type or a missing key raises); the bytes sent are
-    the same either way."""
-
-    def __init__(self, kind: type[T]) -> None:
-        self.adapter: TypeAdapter[T] = TypeAdapter(kind)
-
-    def dump(self, value: T) -> bytes:
-        if CHECK_WIRE:
-            self.adapter.validate_python(value, strict=True)
-        return orjson.dumps(value)
-
-
 CHAT_COMPLETION = Wire(ChatCompletion)
 CHAT_COMPLETION_CHUNK = Wire(ChatCompletionChunk)
 MODEL_LIST = Wire(ModelList)
-ERROR_BODY = Wire(ErrorBody)

@@ -22,14 +22,15 @@ New chat messages that are the same JSON as the session's stored message at thei
 (the assistant turn the client echoes back) are replaced by the stored object, as the
 Messages route does (:mod:`tito.server.anthropic.decode`).
 
-Pure: no I/O. The state lives in the session's ``api_state`` (key :data:`STATE`).
+Pure: no I/O. The state lives in the session's :class:`~tito.server.api_state.ApiState`
+(``responses_body``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from tito.server.api_state import ApiState
 from tito.server.growing_body import GrowingBody, share_stored, without_elements
 from tito.server.http import check_depth, decode_growing, decode_json
 from tito.server.responses.convert import extend_chat_messages
@@ -41,9 +42,6 @@ from tito.server.responses.models import (
 )
 from tito.types.errors import BadRequest
 from tito.types.messages import Message
-
-STATE = "responses_body"
-"""The ``api_state`` key of a session's :class:`LastBody`."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,16 +64,16 @@ class LastBody:
     """... and the validated items from there on (the only ones kept)."""
 
 
-def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] | None = None,
-                     known: list[Message] | None = None
+def decode_responses(body: bytes, max_depth: int, *, state: ApiState | None = None,
+                     stored: list[Message] | None = None
                      ) -> tuple[ResponsesRequest, list[Message]]:
     """JSON body -> (its validated request *without its input*, its input as chat
-    messages). ``api_state``: the session's, where the last body is kept (None: decode
-    whole, keep nothing). ``known``: the session's stored messages (a copy taken on the
+    messages). ``state``: the session's API state, where the last body is kept (None: decode
+    whole, keep nothing). ``stored``: the session's stored messages (a copy taken on the
     event loop), for a stateless client whose input is the whole conversation."""
-    last: LastBody | None = api_state.get(STATE) if api_state is not None else None
+    last = state.responses_body if state is not None else None
     parsed = decode_growing(body, "input", None if last is None else last.parsed,
-                            keep=api_state is not None)
+                            keep=state is not None)
     reused = parsed.extended if last is not None else 0  # every item of the last body
     if reused and last is not None:
         data = parsed.data
@@ -104,13 +102,13 @@ def decode_responses(body: bytes, max_depth: int, *, api_state: dict[str, Any] |
     breaks: list[tuple[int, int]] = []
     extend_chat_messages(chat, items, breaks, first=start)
     open_from, open_chat = breaks[-1]
-    if known and request.previous_response_id is None:
+    if stored and request.previous_response_id is None:
         # the turn's messages are `chat` after the instructions' system message, inserted
         # unless `chat` starts with a system message (which it replaces)
         inserted = request.instructions is not None and not (
             chat and chat[0].get("role") == "system")
-        share_stored(chat, resume, known, 1 if inserted else 0)
-    if api_state is not None:
-        api_state[STATE] = LastBody(without_elements(parsed.state), request, chat, open_from,
-                                    open_chat, items[open_from - start:])
+        share_stored(chat, resume, stored, 1 if inserted else 0)
+    if state is not None:
+        state.responses_body = LastBody(without_elements(parsed.state), request, chat,
+                                        open_from, open_chat, items[open_from - start:])
     return request, list(chat)  # the state's list stays as it is

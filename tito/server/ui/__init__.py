@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server import openai
 from tito.server.api import Api, Endpoint
+from tito.server.errors import error_response, status_of
 from tito.server.ui.live import live_source
 from tito.server.ui.routes import ROUTES, Handler
 
@@ -36,8 +36,8 @@ def _on_gateway(handler: Handler) -> Endpoint:
 
 API = Api(
     name="ui",
-    status_of=openai.API.status_of,
-    error_response=openai.API.error_response,
+    status_of=status_of,
+    error_response=error_response,
     routes=[(path, _on_gateway(handler), methods) for path, handler, methods in ROUTES],
 )
 """The viewer's routes on a gateway (errors in OpenAI's envelope)."""

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
-from tito.samples import assemble
 from tito.samples.sample import Sample
-from tito.samples.tree import LeafPath, assemble_leaves, run_hooks
+from tito.server.samples import collect_settings
 from tito.server.ui.blocks import Hints
 from tito.server.ui.model import ModelCache, SessionModel
 from tito.server.ui.strip import Texts, from_records
 from tito.server.ui.text import decoder_of, token_texts
 from tito.server.ui.views import leaf_states, preview_json, session_item, tree_json
-from tito.session import LinearSession, Session, TreeSession
-from tito.session.tree import Node, leaves_of, path_of
+from tito.session.collect import CollectSettings, LinearCollection, TreeCollection
+from tito.session.nodes import Node, leaves_of, path_of
 from tito.types.errors import TitoError
 from tito.types.messages import Message
 from tito.types.records import TurnRecord
@@ -72,71 +69,62 @@ class LiveSource:
 
     async def model(self, session_id: str) -> SessionModel:
         session = self.gateway.session(session_id)  # 404 / 410 in OpenAI's shape
-        state = _state(session)
-        model = self.cache.get(session_id, state)
-        if model is None:
-            if isinstance(session, TreeSession):
-                nodes = session.nodes[:]
-                model = await self.run(self._tree_model, session, nodes,
-                                       session.active_leaf, session.in_flight)
-            else:
-                view = _LinearCopy(session.records[:], session.messages[:],
-                                   session.checkpoint_ends[:],
-                                   session.snapshot.view().copy(), session.tools,
-                                   session.in_flight)
-                model = await self.run(self._linear_model, session, view)
-            self.cache.put(session_id, state, model)
+        state = session.view_key()
+        cached = self.cache.get(session_id, state)
+        if cached is not None:
+            return cached
+        builder = _ModelBuilder(self, collect_settings(self.gateway), session_item(session))
+        model: SessionModel = await self.run(session.collection().visit, builder)
+        self.cache.put(session_id, state, model)
         return model
 
-    # -- in the worker pool ----------------------------------------------------------------
-    def _linear_model(self, session: LinearSession, view: _LinearCopy) -> SessionModel:
-        g = self.gateway
-        meta = g.path_metadata(session, view.records, view.messages, view.ids, view.tools)
-        sample_meta = dict(meta)  # as the samples route: the payload's key, not a sample's
-        meta["turn_in_progress"] = view.running
+
+@dataclass(frozen=True, slots=True)
+class _ModelBuilder:
+    """A session's viewer model from its collection, in the worker pool: the samples
+    preview as the samples route assembles it (a tree: every leaf, then the picker and the
+    postprocessor), and the strip of a path."""
+
+    source: LiveSource
+    settings: CollectSettings
+    item: dict[str, Any]
+    """The session in the list (taken on the event loop)."""
+
+    def summary(self, num_tokens: int) -> dict[str, Any]:
+        return {**self.item, "num_tokens": num_tokens or self.item["tokens"],
+                "now": time.time()}
+
+    def linear(self, view: LinearCollection) -> SessionModel:
+        meta = view.metadata(self.settings.describer)
         samples: list[Sample] = []
         empty: str | None = None
         error: str | None = None
         try:
-            result = assemble(view.records, decode=g.renderer.tokenizer.decode,
-                              max_seq_len=g.config.max_seq_len, metadata=sample_meta,
-                              routing=g.config.routing_replay,
-                              indexer=g.config.indexer_replay)
-            samples, empty = result.samples, result.empty_reason
+            collected = view.collect(self.settings, meta)
+            samples, empty = collected.samples, collected.empty_reason
         except TitoError as exc:
             error = exc.message
+        meta["turn_in_progress"] = view.running
         hints = linear_hints(view.records, view.messages, view.ends)
         sample = samples[0] if samples else None
-        records = view.records
+        records, texts = view.records, self.source.texts
         return SessionModel(
-            id=session.session_id, version=session.version,
-            summary=_summary(session, len(view.ids)),
+            id=view.session_id, version=view.version, summary=self.summary(len(view.ids)),
             preview=preview_json(samples, empty, meta, error),
-            build=lambda node: from_records(records, hints, sample, self.texts))
+            build=lambda node: from_records(records, hints, sample, texts))
 
-    def _tree_model(self, session: TreeSession, nodes: list[Node], active: int | None,
-                    running: bool) -> SessionModel:
-        g = self.gateway
-        meta = g.session_metadata(session, nodes)
-        meta["turn_in_progress"] = running
+    def tree(self, view: TreeCollection) -> SessionModel:
+        nodes, active = view.nodes, view.active_leaf
+        meta = view.metadata(self.settings.describer)
+        meta["turn_in_progress"] = view.running
         leaves = leaves_of(nodes)
         assembled: dict[int, Sample] = {}
         picked: list[Sample] = []
         error: str | None = None
         try:
-            samples = assemble_leaves(
-                [LeafPath([n.id for n in path], [n.record for n in path], leaf.parent,
-                          leaf.response_id)
-                 for leaf in leaves for path in [path_of(nodes, leaf.id)]],
-                decode=g.renderer.tokenizer.decode, max_seq_len=g.config.max_seq_len,
-                metadata_of=lambda leaf: g.trajectory_metadata(
-                    session, [nodes[i] for i in leaf.path_node_ids]),
-                routing=g.config.routing_replay, indexer=g.config.indexer_replay)
+            samples = view.leaf_samples(self.settings)
             assembled = {_leaf_of(s): s for s in samples}
-            if samples:
-                picked = run_hooks(list(samples), picker=g.picker,
-                                   postprocessor=g.postprocessor, names=g.hook_names,
-                                   session_metadata=meta, agent_metadata={})
+            picked = view.picked(list(samples), self.settings, meta)
         except TitoError as exc:
             error = exc.message
         empty = None if picked or error else ("no_records" if not nodes else "all_truncated")
@@ -146,45 +134,22 @@ class LiveSource:
                              assembled, {_leaf_of(s) for s in picked})
         default = active if active is not None and active < len(nodes) else \
             (len(nodes) - 1 if nodes else None)
-        summary = {**_summary(session, 0), "default_leaf": default}
+        summary = {**self.summary(0), "default_leaf": default}
         if default is not None:
             summary["num_tokens"] = nodes[default].record.checkpoint_len
+        texts = self.source.texts
 
         def build(node: int | None) -> Any:
             target = default if node is None else node
             path = [] if target is None else path_of(nodes, target)
             return from_records([n.record for n in path], tree_hints(path),
                                 final.get(target) if target is not None else None,
-                                self.texts, [n.id for n in path])
+                                texts, [n.id for n in path])
 
-        return SessionModel(id=session.session_id, version=session.version,
+        return SessionModel(id=view.session_id, version=view.version,
                             summary=summary, preview=preview_json(picked, empty, meta, error),
                             build=build, tree=tree_json(nodes, active, states),
                             nodes=len(nodes))
-
-
-@dataclass(frozen=True, slots=True)
-class _LinearCopy:
-    records: list[TurnRecord]
-    messages: list[Message]
-    ends: list[int]
-    ids: np.ndarray
-    tools: list[dict[str, Any]] | None
-    running: bool
-
-
-def _state(session: Session) -> Hashable:
-    """Changes whenever what the viewer shows of ``session`` may change."""
-    if isinstance(session, TreeSession):
-        return ("v2", len(session.nodes), session.in_flight)
-    last = session.records[-1] if session.records else None
-    return ("v1", len(session.records), None if last is None else last.commit_ts,
-            session.in_flight)
-
-
-def _summary(session: Session, num_tokens: int) -> dict[str, Any]:
-    item = session_item(session)
-    return {**item, "num_tokens": num_tokens or item["tokens"], "now": time.time()}
 
 
 def _leaf_of(sample: Sample) -> int:

@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tito.server import openai
 from tito.server.door import allowed_host_names
+from tito.server.errors import error_response, status_of
 from tito.server.ui.routes import ROUTES, Handler, Source
 from tito.types.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound, TitoError
 
@@ -40,7 +40,7 @@ class HostCheck:
         if error is None:
             await self.app(scope, receive, send)
             return
-        await openai.API.error_response(error, openai.API.status_of(error))(
+        await error_response(error, status_of(error))(
             scope, receive, send)
 
     def refusal(self, scope: Scope) -> TitoError | None:
@@ -67,7 +67,7 @@ def _guard(source: Source, handler: Handler) -> Callable[[Request], Awaitable[Re
             log.exception("%s %s failed", request.method, request.url.path)
             error = TitoError("internal server error; see the log")
             error.__cause__ = exc
-        return openai.API.error_response(error, openai.API.status_of(error))
+        return error_response(error, status_of(error))
 
     return endpoint
 
@@ -77,7 +77,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     text = f"{exc.detail}: {request.method} {request.url.path}"
     error: TitoError = MethodNotAllowed(text) if exc.status_code == 405 else \
         NotFound(text, code="unknown_route")
-    return openai.API.error_response(error, exc.status_code)
+    return error_response(error, exc.status_code)
 
 
 async def _health(request: Request) -> Response:

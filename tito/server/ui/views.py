@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tito.samples.sample import Sample, status_from_finish_reason
-from tito.session import Session, TreeSession
-from tito.session.tree import Node, leaves_of
+from tito.session import Session
+from tito.session.tree import Node
 from tito.types.errors import AssemblyError
 from tito.types.mismatch import MISMATCH_TYPES, STRICT_TYPES
 
@@ -24,9 +24,7 @@ def session_item(session: Session) -> dict[str, Any]:
         "tokens": session.num_tokens, "status": _status(session),
         "created_at": session.created_at, "last_active": session.last_active,
     }
-    if isinstance(session, TreeSession):
-        item["nodes"] = len(session.nodes)
-        item["leaves"] = len(leaves_of(session.nodes))
+    item.update(session.counts())  # a tree's nodes and leaves
     return item
 
 

@@ -1,10 +1,17 @@
-"""Core error kinds -> OpenAI HTTP statuses and error envelope (design §7)."""
+"""Core error kinds -> HTTP statuses, and the gateway's error envelope (design §7).
+
+Every API answers with the statuses of :data:`STATUS`; the envelope here is OpenAI's
+(``{"error": {"message", "type", "code", "param"}}``), used by the Chat Completions and
+Responses APIs, the session routes, the viewer and the door. The Anthropic Messages API
+words the same errors in its own envelope (:mod:`tito.server.anthropic.errors`).
+"""
 
 from __future__ import annotations
 
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
-from tito.server.openai.models import ERROR_BODY
+from tito.server.wire import Wire
 from tito.types.errors import EngineRejected, ErrorKind, TitoError
 
 STATUS: dict[ErrorKind, int] = {
@@ -43,17 +50,37 @@ TYPE: dict[ErrorKind, str] = {
 """OpenAI ``error.type`` of each kind; every other kind is ``invalid_request_error``."""
 
 
+class ErrorDetail(TypedDict):
+    message: str
+    type: str
+    code: str
+    param: str | None
+
+
+class ErrorBody(TypedDict):
+    """OpenAI's error envelope: ``{"error": {"message", "type", "code", "param"}}``."""
+
+    error: ErrorDetail
+
+
+ERROR_BODY = Wire(ErrorBody)
+
+
 def status_of(exc: TitoError) -> int:
     if isinstance(exc, EngineRejected) and 400 <= exc.engine_status < 500:
         return exc.engine_status
     return STATUS[exc.kind]
 
 
+def error_type(exc: TitoError) -> str:
+    """OpenAI's ``error.type`` of ``exc``."""
+    return TYPE.get(exc.kind, "invalid_request_error")
+
+
 def error_body(exc: TitoError) -> bytes:
     """``exc`` in OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``."""
     return ERROR_BODY.dump({"error": {
-        "message": exc.message, "type": TYPE.get(exc.kind, "invalid_request_error"),
-        "code": exc.code, "param": None}})
+        "message": exc.message, "type": error_type(exc), "code": exc.code, "param": None}})
 
 
 def error_response(exc: TitoError, status: int | None = None) -> Response:

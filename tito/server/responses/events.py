@@ -8,22 +8,23 @@ with its whole arguments); each item is opened (``response.output_item.added``, 
 part) and closed (``*.done``, ``response.output_item.done``). Once the turn is committed:
 ``response.completed`` (``response.incomplete`` on the length limit) with the whole
 response, whose items carry the ids the stream used. An error after the first byte is an
-``error`` event.
+``error`` event (framed by :func:`tito.server.adapter.framed`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
 
 from tito.parse.stream import Delta
+from tito.server.errors import error_type
 from tito.server.gateway import TurnOutcome
-from tito.server.openai.errors import TYPE, status_of
 from tito.server.responses.convert import call_item, item_id
 from tito.server.responses.models import ResponseBody
 from tito.server.serving import TurnStream
+from tito.types.errors import TitoError
 from tito.types.messages import ParsedCompletion
 
 Parse = Callable[[Any, str], ParsedCompletion]
@@ -124,6 +125,11 @@ class ResponseEvents:
             out += self.call(i, call)
         return out
 
+    def error(self, error: TitoError) -> bytes:
+        """A failure after the first byte: an ``error`` event."""
+        return self.event("error", code=error.code, message=error.message, param=None,
+                          error_type=error_type(error))
+
     def finish(self, body: ResponseBody) -> list[bytes]:
         """Items of the final response the stream did not carry (e.g. an empty reasoning
         item), then the terminal event with the whole response."""
@@ -140,23 +146,15 @@ class ResponseEvents:
         return [*out, self.event(kind, response=body)]
 
 
-async def live_events(stream: TurnStream, head: dict[str, Any], parse: Parse, every: int,
-                      build: Callable[[TurnOutcome], ResponseBody]
-                      ) -> AsyncIterator[bytes]:
+async def live_events(stream: TurnStream, head: dict[str, Any], parse: Parse,
+                      reply: Callable[[TurnOutcome], ResponseBody], events: ResponseEvents
+                      ) -> AsyncGenerator[bytes, None]:
     """The stream of one turn; ``head``: the response without output (``in_progress``);
-    ``build``: the final response of the committed outcome."""
-    events = ResponseEvents(stream.response_id)
-    try:
-        yield events.event("response.created", response=head)
-        yield events.event("response.in_progress", response=head)
-        async for event in stream.deltas(parse, every):
-            chunks = events.items(event) if isinstance(event, Delta) else \
-                events.finish(build(event))
-            for chunk in chunks:
-                yield chunk
-    except Exception as exc:
-        error = stream.failed(exc, status_of)
-        yield events.event("error", code=error.code, message=error.message, param=None,
-                           error_type=TYPE.get(error.kind, "invalid_request_error"))
-    finally:
-        await stream.aclose()
+    ``reply``: the final response of the committed outcome."""
+    yield events.event("response.created", response=head)
+    yield events.event("response.in_progress", response=head)
+    async for event in stream.deltas(parse):
+        chunks = events.items(event) if isinstance(event, Delta) else \
+            events.finish(reply(event))
+        for chunk in chunks:
+            yield chunk

@@ -1,0 +1,174 @@
+"""One turn route for every API (design §3.2): an API is an adapter of a few hooks, and
+:func:`turn_endpoint` is the skeleton they share.
+
+The skeleton, for ``POST /sessions/<id>/<the API's path>``:
+
+1. look the session up; read the body (decoded off the event loop when it is big,
+   :func:`tito.server.serving.read_turn_body`) with :meth:`TurnAdapter.decode`, against
+   the session's stored state (its :class:`~tito.server.api_state.ApiState` and stored
+   messages);
+2. :meth:`TurnAdapter.prepare`: the core turn (:class:`~tito.types.messages.TurnRequest`,
+   :class:`~tito.types.engine.SamplingParams`) and whether it streams;
+3. unstreamed: run the turn with idempotent retries and disconnect handling
+   (:func:`tito.server.serving.run_api_turn`) and send :meth:`TurnAdapter.reply` as JSON;
+   streamed: open the turn's stream (refusals are still ordinary error replies) and send
+   :meth:`TurnAdapter.events` as server-sent events, framed here: an error after the first
+   byte becomes :meth:`TurnAdapter.error_event`, and the engine request is aborted when the
+   stream stops early.
+
+A fourth API is one package: request models, ``decode`` (body -> its request, past the
+session's last body where it can), ``convert`` (request -> core turn, outcome -> reply) and
+``events`` (outcome as stream events), wired by an adapter (see docs/contributing.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tito.server.api import route_of
+from tito.server.api_state import ApiState
+from tito.server.errors import status_of
+from tito.server.gateway import Gateway, TurnOutcome
+from tito.server.http import cancel_on_disconnect
+from tito.server.serving import (
+    TurnStream,
+    open_turn_stream,
+    read_turn_body,
+    run_api_turn,
+    sse_response,
+)
+from tito.session import Session
+from tito.types.engine import SamplingParams
+from tito.types.errors import TitoError
+from tito.types.messages import Message, TurnRequest
+
+JSON = "application/json"
+D = TypeVar("D")
+"""An API's decoded request."""
+B = TypeVar("B")
+"""An API's reply body."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What a turn's hooks may read: the gateway, the session, its API state, and the
+    session's stored messages (a copy taken on the event loop before the body is read)."""
+
+    gateway: Gateway
+    session: Session
+    state: ApiState
+    stored: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTurn(Generic[D]):
+    """A decoded request as a core turn."""
+
+    request: D
+    """The API's validated request."""
+    turn: TurnRequest
+    params: SamplingParams
+    stream: bool
+    model: str
+    """The model name the reply carries."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventStream:
+    """A streamed turn in an API's events."""
+
+    events: AsyncGenerator[bytes, None]
+    """The events as the engine generates, up to the committed outcome's."""
+    error: Callable[[TitoError], bytes]
+    """A failure after the first byte, as the API's error event."""
+    end: bytes = b""
+    """Sent last, after the events or after an error event (b"": nothing)."""
+
+
+class TurnAdapter(Protocol[D, B]):
+    """The hooks of one API's turn route."""
+
+    id_prefix: str
+    """Of the response id (``chatcmpl-``, ``msg_``, ``resp_``)."""
+
+    def decode(self, ctx: TurnContext, body: bytes) -> D:
+        """Parse and validate ``body`` (BadRequest when it is wrong), past the session's
+        last body where it extends it. May run in a worker thread: reads ``ctx`` only,
+        writes only ``ctx.state`` (and only once the body is valid)."""
+        ...
+
+    def prepare(self, ctx: TurnContext, request: D) -> ApiTurn[D]:
+        """The core turn of a decoded request (on the event loop)."""
+        ...
+
+    def reply(self, ctx: TurnContext, turn: ApiTurn[D], outcome: TurnOutcome,
+              response_id: str) -> B:
+        """The API's reply to a finished turn (streamed or not)."""
+        ...
+
+    def dump(self, body: B) -> bytes:
+        """``body`` as JSON bytes."""
+        ...
+
+    def events(self, ctx: TurnContext, turn: ApiTurn[D], stream: TurnStream,
+               response_id: str, reply: Callable[[TurnOutcome], B]) -> EventStream:
+        """The turn as the API's stream events, as the engine generates (``reply`` gives
+        the reply of the committed outcome), and its error event."""
+        ...
+
+
+def turn_endpoint(adapter: TurnAdapter[Any, Any]
+                  ) -> Callable[[Gateway, Request], Awaitable[Response]]:
+    """The turn route of ``adapter``'s API."""
+
+    async def endpoint(gateway: Gateway, request: Request) -> Response:
+        return await serve_turn(adapter, gateway, request)
+
+    return endpoint
+
+
+async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Request
+                     ) -> Response:
+    session = gateway.session(request.path_params["session_id"])
+    ctx = TurnContext(gateway, session, ApiState.of(session), list(session.messages))
+    raw, offload, decoded = await read_turn_body(
+        gateway, request, lambda body: adapter.decode(ctx, body))
+    turn = adapter.prepare(ctx, decoded)
+    response_id = adapter.id_prefix + os.urandom(16).hex()
+
+    def reply(outcome: TurnOutcome) -> B:
+        return adapter.reply(ctx, turn, outcome, response_id)
+
+    if turn.stream:
+        stream = await cancel_on_disconnect(request, open_turn_stream(
+            gateway, session, turn.turn, turn.params, offload=offload,
+            response_id=response_id, route=route_of(request)))
+        events = adapter.events(ctx, turn, stream, response_id, reply)
+        return sse_response(framed(events, stream))
+    body = await run_api_turn(gateway, request, session, raw, turn.turn, turn.params,
+                              offload=offload, response_id=response_id, build=reply)
+    return Response(adapter.dump(body), media_type=JSON)
+
+
+async def framed(events: EventStream, stream: TurnStream) -> AsyncIterator[bytes]:
+    """The events, then the end of the stream; a failure after the first byte is the
+    API's error event (counted and logged as a failed reply would be); a stream stopped
+    early (the client left, or an error was sent) aborts the engine request."""
+    try:
+        async with contextlib.aclosing(events.events) as chunks:
+            async for chunk in chunks:
+                yield chunk
+    except Exception as exc:
+        yield events.error(stream.failed(exc, status_of))
+    finally:
+        await stream.aclose()
+    if events.end:
+        yield events.end
+

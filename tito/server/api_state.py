@@ -1,0 +1,42 @@
+"""What the API layer keeps per session, typed: the retry answers, each API's last body
+(what the next body of that API may extend, :mod:`tito.server.growing_body`) and the
+Responses API's remembered responses. A session of any version carries one
+(:attr:`tito.session.Session.api_state`), given when the gateway creates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tito.server.idempotency import TurnReplies
+from tito.session import Session
+
+if TYPE_CHECKING:
+    from tito.server.anthropic.decode import LastBody as MessagesBody
+    from tito.server.openai.decode import LastBody as ChatBody
+    from tito.server.responses.decode import LastBody as ResponsesBody
+    from tito.server.responses.history import ResponseHistory
+
+
+@dataclass(slots=True)
+class ApiState:
+    replies: TurnReplies = field(default_factory=TurnReplies)
+    """The running and the last answered turn (idempotent retries)."""
+    chat_body: ChatBody | None = None
+    """The last valid Chat Completions body."""
+    messages_body: MessagesBody | None = None
+    """The last valid Anthropic Messages body."""
+    responses_body: ResponsesBody | None = None
+    """The last valid Responses body (with its whole conversation as input)."""
+    responses: ResponseHistory | None = None
+    """Responses that ``previous_response_id`` can continue (made at the first one)."""
+
+    @staticmethod
+    def of(session: Session) -> ApiState:
+        """``session``'s state (made here for a session created without one)."""
+        state = session.api_state
+        if isinstance(state, ApiState):
+            return state
+        state = session.api_state = ApiState()
+        return state

@@ -1,0 +1,85 @@
+"""Chat Completions <-> the core turn: a request's messages, tools and sampling fields as a
+:class:`~tito.types.messages.TurnRequest` and :class:`~tito.types.engine.SamplingParams`,
+and a turn's outcome as a ``chat.completion``."""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+from typing import Any, cast
+
+from tito.server.gateway import TurnOutcome
+from tito.server.openai.models import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ToolCallOut,
+)
+from tito.types.engine import SamplingParams
+from tito.types.messages import Message, TurnRequest
+
+_ROLE = operator.methodcaller("get", "role")
+
+
+def has_developer(messages: list[Message]) -> bool:
+    return "developer" in map(_ROLE, messages)  # C-level: no Python call per message
+
+
+def session_messages(data: dict[str, Any], developer: bool | None = None) -> list[Message]:
+    """The client's messages as sent, with ``developer`` read as ``system``;
+    ``developer``: whether any message has that role, when known (else they are scanned)."""
+    messages: list[Message] = data["messages"]
+    if not (has_developer(messages) if developer is None else developer):
+        return messages
+    return [{**m, "role": "system"} if m.get("role") == "developer" else m
+            for m in messages]
+
+
+def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
+                 stored_prefix: list[Message] | None = None,
+                 developer: bool | None = None) -> TurnRequest:
+    return TurnRequest(messages=session_messages(data, developer),
+                       tools=data.get("tools") or None,
+                       template_kwargs=chat.chat_template_kwargs,
+                       stored_prefix=stored_prefix)
+
+
+def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
+    """OpenAI sampling fields -> explicit engine settings (OpenAI's defaults filled in)."""
+    max_tokens = chat.max_completion_tokens or chat.max_tokens or chat.max_new_tokens
+    stop = (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop or ())
+    return SamplingParams(
+        max_new_tokens=max_tokens or default_max_tokens,
+        temperature=1.0 if chat.temperature is None else chat.temperature,
+        top_p=1.0 if chat.top_p is None else chat.top_p,
+        top_k=-1 if chat.top_k is None else chat.top_k,
+        min_p=chat.min_p or 0.0,
+        frequency_penalty=chat.frequency_penalty or 0.0,
+        presence_penalty=chat.presence_penalty or 0.0,
+        repetition_penalty=1.0 if chat.repetition_penalty is None else chat.repetition_penalty,
+        stop=stop,
+        stop_token_ids=tuple(chat.stop_token_ids or ()),
+        seed=chat.seed,
+    )
+
+
+def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
+    """The ``chat.completion`` of a turn."""
+    parsed = outcome.parsed
+    message: AssistantMessage = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning_content is not None:
+        message["reasoning_content"] = parsed.reasoning_content
+    if parsed.tool_calls:
+        message["tool_calls"] = cast("list[ToolCallOut]", parsed.tool_calls)
+    generated = len(outcome.result.output_ids)
+    return {
+        "id": outcome.response_id or f"chatcmpl-{os.urandom(16).hex()}",
+        "object": "chat.completion",
+        "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": parsed.finish_reason}],
+        "usage": {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": generated,
+                  "total_tokens": outcome.prompt_tokens + generated,
+                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens}},
+    }

@@ -1,0 +1,74 @@
+"""A session's samples as the samples route sends them (design §6), and what the live
+sessions store (the ``/metrics`` gauges).
+
+The collection reads copies taken on the event loop (:meth:`Session.collection`) and runs
+in the gateway's worker pool, so turns go on meanwhile: a turn still running (or one sent
+meanwhile) is not in the samples, and the session metadata says ``turn_in_progress: true``
+(a collector that gave up on its agent still gets the trajectory so far).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tito.samples import encode_samples
+from tito.samples.sample import Sample
+from tito.session import Session
+from tito.session.collect import Collection, CollectSettings
+
+if TYPE_CHECKING:
+    from tito.server.gateway import Gateway
+
+
+def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,
+                     include_response: bool = True,
+                     agent_metadata: dict[str, Any] | None = None) -> CollectSettings:
+    """How ``gateway`` collects (``max_seq_len`` None: ``--max-seq-len``)."""
+    config = gateway.config
+    return CollectSettings(
+        gateway.describer, gateway.hooks,
+        max_seq_len=max_seq_len if max_seq_len is not None else config.max_seq_len,
+        include_response=include_response, routing=config.routing_replay,
+        indexer=config.indexer_replay, agent_metadata=agent_metadata or {})
+
+
+async def samples_payload(gateway: Gateway, session: Session, max_seq_len: int | None,
+                          metadata: dict[str, Any] | None, *,
+                          include_response: bool = True) -> bytes:
+    """Assemble and encode the session's samples from what is committed."""
+    settings = collect_settings(gateway, max_seq_len=max_seq_len,
+                                include_response=include_response, agent_metadata=metadata)
+    return await gateway.offload(_encoded, gateway, session.collection(), settings)
+
+
+def _encoded(gateway: Gateway, collection: Collection, settings: CollectSettings) -> bytes:
+    collected = collection.collect(settings)
+    if collected.leaf_samples:
+        gateway.metrics.inc("leaf_samples_total", collected.leaf_samples)
+    count_samples(gateway, collected.samples)
+    return encode_samples(collected.samples, session_metadata=collected.session_metadata,
+                          empty_reason=collected.empty_reason)
+
+
+def count_samples(gateway: Gateway, samples: list[Sample]) -> None:
+    """``samples_total`` and the mismatch classes of the samples collected."""
+    gateway.metrics.inc("samples_total", len(samples))
+    for sample in samples:
+        report = sample.metadata.get("tito_session_mismatch")
+        if isinstance(report, list) and report:
+            gateway.metrics.mismatch([str(item.get("type")) for item in report
+                                      if isinstance(item, dict)])
+
+
+def stored_sizes(gateway: Gateway) -> dict[str, float]:
+    """What the live sessions hold: token ids (of their active paths), and the bytes of
+    their stored ids, logprobs and routing rows (gauges of ``/metrics``). Walks every live
+    record: run it in the worker pool."""
+    tokens = stored = routing = 0
+    for session in gateway.store.values():
+        held = session.stored_bytes()
+        tokens += held.tokens
+        stored += held.ids + held.logprobs
+        routing += held.routing
+    return {"stored_tokens": tokens, "stored_bytes": stored + routing,
+            "stored_routing_bytes": routing}
