@@ -139,3 +139,72 @@ def test_client_library_imports_without_server_engines_or_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- inside the server -------------------------------------------------------------------
+API_PACKAGES = ("openai", "anthropic", "responses")
+"""One package per API under tito/server/: request models, decode, convert, events and the
+adapter of the shared turn route (tito/server/adapter.py)."""
+WIRES_APIS = {"app.py", "api_state.py"}
+"""The server modules that may name an API package: the app (it wires their routes) and
+the typed per-session API state (each API's last body, named for type checking only)."""
+
+
+def server_imports() -> dict[Path, set[str]]:
+    """tito/server file -> the ``tito.server.<x>`` names it imports."""
+    out: dict[Path, set[str]] = {}
+    for path in sorted((PACKAGE / "server").rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            names |= {m.split(".")[2] for m in modules
+                      if m.startswith("tito.server.") and len(m.split(".")) > 2}
+        out[path] = names
+    return out
+
+
+def test_api_packages_import_none_of_each_other() -> None:
+    bad = []
+    for path, names in server_imports().items():
+        rel = path.relative_to(PACKAGE / "server")
+        own = rel.parts[0] if len(rel.parts) > 1 else None
+        others = names & set(API_PACKAGES) - {own}
+        if others and (own in API_PACKAGES or rel.name not in WIRES_APIS or own is not None):
+            bad.append(f"{path.relative_to(PACKAGE.parent)} -> {sorted(others)}")
+    assert not bad, "an API package or a core server module names an API package:\n" + \
+        "\n".join(bad)
+
+
+def test_no_module_outside_the_session_package_asks_a_sessions_version() -> None:
+    """The server uses the Session protocol (tito/session/base.py); only tito/session/
+    knows the classes of its versions."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if unit_of(path) == "session":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id == "isinstance" and len(node.args) == 2 and \
+                    "Session" in ast.unparse(node.args[1]):
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not bad, "isinstance on a session class:\n" + "\n".join(bad)
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_over_sixty_lines() -> None:
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
+                    node.end_lineno is not None and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} "
+                            f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, "functions over 60 lines:\n" + "\n".join(long)

@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"replay matcher: {', '.join(BUILTIN)}, or a trusted "
                         "module:function path")
     add_session_arguments(p)
+    add_limit_arguments(p)
+    add_service_arguments(p)
+
+
+def add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """Caps on sessions, requests and turns."""
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="cap on prompt + completion tokens of a turn, and the default "
                         "truncation length of samples")
@@ -69,6 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream-interval", type=int, default=1, metavar="N",
                    help="output ids per engine stream chunk of a streamed turn (SGLang "
                         "stream_interval)")
+
+
+
+def add_service_arguments(p: argparse.ArgumentParser) -> None:
+    """How the server presents itself: name, checks, journal, access, logs."""
     p.add_argument("--served-model-name", default=None,
                    help="model name reported in responses (default tito-<family>)")
     p.add_argument("--strict-template", action="store_true",

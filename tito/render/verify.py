@@ -55,6 +55,10 @@ def trajectory_pool() -> list[Trajectory]:
 
     Assistant messages whose content starts with ``(injected)`` are client-supplied history
     (few-shot, compaction), not generations."""
+    return [*_single_round_trajectories(), *_multi_round_trajectories()]
+
+
+def _single_round_trajectories() -> list[Trajectory]:
     return [
         ("tool_then_user", [
             {"role": "system", "content": "You are a helpful assistant."},
@@ -89,6 +93,11 @@ def trajectory_pool() -> list[Trajectory]:
             {"role": "user", "content": "Réessaie."},
             {"role": "assistant", "content": "Il fait 12°C.", "reasoning_content": "ok"},
         ], [WEATHER_TOOL]),
+    ]
+
+
+def _multi_round_trajectories() -> list[Trajectory]:
+    return [
         ("plain_chat_injected_assistant", [
             {"role": "user", "content": "Hi!"},
             {"role": "assistant", "content": "Hello! How can I help?", "reasoning_content": ""},

@@ -4,7 +4,8 @@ Requests are validated only: the session keeps the client's message dicts as sen
 replay matching compares what the client really sends. Unknown top-level fields are
 accepted and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
 ``logprobs``) are ignored on purpose. Responses are built by
-:mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and serialized by :class:`Wire`.
+:mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and
+serialized by :class:`~tito.server.wire.Wire`.
 """
 
 from __future__ import annotations
