@@ -9,7 +9,7 @@ columns of the same matmul, so the logits have the same bits as one call.
 The helper runs at ``SCHED_IDLE`` priority: it only gets a core that nothing else wants (on
 the 2-core box, the one that the gateway, the agents and the event loop leave idle at that
 moment). On a busy machine it does not run and the model's thread computes every block
-itself (the split costs a few more calls, ~0.1 ms a step). The model's thread never waits
+itself (the split costs a few more calls a step). The model's thread never waits
 long for it: a block that the helper has claimed but not finished soon after the others
 are done is computed again by the model's thread.
 """

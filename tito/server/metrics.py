@@ -1,7 +1,7 @@
 """Prometheus text metrics: counters, gauges and histograms (design §7, ``GET /metrics``).
 
 Hand-rolled rather than ``prometheus_client``, whose bucket updates take a lock each
-(about 2 µs an observation). A turn makes seven observations: :meth:`Metrics.turn` appends
+(costly at seven observations a turn). A turn makes seven observations: :meth:`Metrics.turn` appends
 them as one row, and every :data:`FOLD_EVERY` turns (and before a render) the rows are
 binned at once with numpy, so a turn costs one list append. The output is the text
 exposition format 0.0.4, checked in the tests with ``prometheus_client``'s own parser.

@@ -33,9 +33,9 @@ class Wire(Generic[T]):
     """A response type on the wire, serialized with orjson.
 
     mypy checks every key the serving modules write (the types are TypedDicts). Validating
-    each body at run time as well cost about 5 us a reply, so only ``TITO_CHECK_WIRE=1``
-    does it (pydantic, strict: a wrong type or a missing key raises); the bytes sent are
-    the same either way."""
+    each body at run time as well would cost time on every reply, so only
+    ``TITO_CHECK_WIRE=1`` does it (pydantic, strict: a wrong type or a missing key
+    raises); the bytes sent are the same either way."""
 
     def __init__(self, kind: type[T]) -> None:
         self.adapter: TypeAdapter[T] = TypeAdapter(kind)

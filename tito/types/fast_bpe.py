@@ -1,9 +1,9 @@
 r"""A faster encoder for byte-level BPE tokenizers whose pre-tokenizer is one regex.
 
 On the gateway's hot path, tokenizing a turn's appended messages is the largest single
-cost, and most of it is the ``tokenizers`` library's regex pre-tokenizer (Oniguruma):
-about 200 µs for 150 tokens of a Qwen3 tool result, where ``tiktoken`` (a Rust regex and
-the same byte-level BPE) takes about 30. :func:`fast_encoder` builds a ``tiktoken``
+cost, and most of it is the ``tokenizers`` library's regex pre-tokenizer (Oniguruma),
+several times slower than ``tiktoken`` (a Rust regex and the same byte-level BPE; figures
+in docs/performance.md, "Figures behind the code"). :func:`fast_encoder` builds a ``tiktoken``
 encoding from a ``tokenizers`` byte-level BPE when the model has that shape (vocabulary
 ranks equal to ids and in merge order, a single ``Split`` regex or GPT-2's, NFC or no
 normalizer, added tokens matched verbatim) and checks it equivalent before it is used: it
@@ -12,21 +12,21 @@ runs, case-folded contractions, combining marks, emoji, every added token). Anyt
 else — another model shape, ``tiktoken`` missing, one differing id — returns None and the
 original encoder is kept. Added tokens are matched by :func:`added_token_splitter` (a trie
 regex, leftmost-longest as ``tokenizers`` does) and the text between them is encoded as
-ordinary text: ``tiktoken``'s own ``allowed_special`` costs about 90 ns per added token on
-every call (42.6 against 15.3 µs a Llama 3 tool result, 256 added tokens).
+ordinary text: ``tiktoken``'s own ``allowed_special`` costs time per added token on
+every call, which dominates for a model with hundreds of added tokens.
 
 Most of ``tiktoken``'s time goes to its regex, which runs on the slower backtracking
 engine because of one lookahead, ``\s+(?!\S)`` (a run of whitespace keeps its last
 character for the next piece). That alternative can only match differently from the
 ``\s+`` after it on a run of two or more whitespace characters: an ASCII piece of text
-without one is encoded by a second encoding whose pattern leaves it out (plain prose:
-6.6 against 13.9 µs for the benchmark's 64-token message). The check (:func:`_plain`)
-costs about half a microsecond; texts that fail it keep the full pattern.
+without one is encoded by a second encoding whose pattern leaves it out (about twice as
+fast on plain prose). The check (:func:`_plain`) is cheap next to what it saves; texts that
+fail it keep the full pattern.
 
 Decoding (parsing every completion) goes the same way when the decoder is ``ByteLevel``:
 the tokens' bytes from ``tiktoken``, then UTF-8 with replacement characters, checked
 against the original on the corpus' ids and on random id runs that split UTF-8
-sequences; 2.6 against 7.8 µs for 57 Qwen3 tokens.
+sequences; a few times faster than the original decoder.
 """
 
 from __future__ import annotations
@@ -177,8 +177,8 @@ def added_token_splitter(added: Iterable[str]) -> Callable[[str], list[str]]:
     (as ``tokenizers`` matches them): ``[text, token, text, token, ..., text]``.
 
     The added tokens are matched here rather than by ``tiktoken``'s ``allowed_special``,
-    which converts the allowed set to a Rust hash set on every call: about 90 ns a token,
-    24 µs a call for Llama 3's 256 added tokens. The pattern is a trie of the tokens, so a
+    which converts the allowed set to a Rust hash set on every call (a cost per added
+    token, per call). The pattern is a trie of the tokens, so a
     position that starts none of them costs one character test."""
     trie: dict[str, Any] = {}
     for token in added:
@@ -245,7 +245,7 @@ def fast_codec(backend: Any, source: bytes | None = None) -> FastCodec | None:
 SHORT_PIECE = 24
 """Ordinary text between added tokens up to this many characters is encoded once and
 kept: a chat template's scaffolding (``"\\n"``, ``"user\\n"``, ``"assistant\\n"``) recurs in
-every turn, and each ``tiktoken`` call costs about a microsecond whatever its length."""
+every turn, and each ``tiktoken`` call has a fixed cost whatever its length."""
 SHORT_PIECES_KEPT = 4096
 
 

@@ -181,8 +181,7 @@ def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
 
 # -- responses ---------------------------------------------------------------------------
 # TypedDicts: mypy checks every key the serving module writes, and pydantic validates and
-# serializes them through the TypeAdapters below without building objects (a turn's
-# response costs a few microseconds, like the request's validation).
+# serializes them through the TypeAdapters below without building objects.
 class FunctionCallOut(TypedDict):
     name: str
     arguments: str
