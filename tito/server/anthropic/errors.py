@@ -6,21 +6,13 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from tito.server.anthropic.models import ERROR_BODY
+from tito.server.errors import TYPE as OPENAI_TYPE
 from tito.server.errors import status_of
 from tito.types.errors import ErrorKind, TitoError
 
 TYPE: dict[ErrorKind, str] = {
-    ErrorKind.UNAUTHORIZED: "authentication_error",
-    ErrorKind.FORBIDDEN: "permission_error",
-    ErrorKind.NOT_FOUND: "not_found_error",
-    ErrorKind.GONE: "not_found_error",
-    ErrorKind.MISDIRECTED: "not_found_error",
+    **{kind: "api_error" if name == "server_error" else name for kind, name in OPENAI_TYPE.items()},
     ErrorKind.TOO_LARGE: "request_too_large",
-    ErrorKind.OVER_CAPACITY: "rate_limit_error",
-    ErrorKind.INTERNAL: "api_error",
-    ErrorKind.CONFIG: "api_error",
-    ErrorKind.ENGINE_FAILED: "api_error",
-    ErrorKind.ENGINE_TIMEOUT: "api_error",
 }
 """Anthropic ``error.type`` of each kind; every other kind is ``invalid_request_error``.
 The gateway's ``code`` (e.g. ``rollback_too_deep``) starts the message in brackets."""
