@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import importlib
 from pathlib import Path
 
@@ -31,3 +32,23 @@ def test_readme_two_commands_and_ci() -> None:
     assert "bash scripts/install.sh && tito rollout" in readme
     assert "bash scripts/test.sh" in readme
     assert "exec bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_links_between_docs_point_at_files_and_headings() -> None:
+    pages = {path.name: path.read_text() for path in (REPO / "docs").glob("*.md")}
+    anchors = {name: {_slug(line.lstrip("#")) for line in text.splitlines()
+                      if line.startswith("#")} for name, text in pages.items()}
+    broken = []
+    for name, text in pages.items():
+        for target, anchor in re.findall(r"\]\(([\w\-]+\.md)(?:#([\w\-]+))?\)", text):
+            if target not in pages:
+                broken.append(f"{name} -> {target}")
+            elif anchor and anchor not in anchors[target]:
+                broken.append(f"{name} -> {target}#{anchor}")
+    assert not broken, f"links to missing pages or headings: {broken}"
