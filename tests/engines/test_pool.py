@@ -18,7 +18,7 @@ from support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.engines.pool import EnginePool
 from tito.render.base import TemplateRenderer
-from tito.types.engine import SamplingParams
+from tito.types.engine import EngineStats, MemberStats, SamplingParams
 from tito.types.errors import EngineUnreachable
 from tito.types.placement import session_of
 
@@ -98,6 +98,21 @@ async def test_weight_versions_and_pauses_reach_every_engine(
     pool, engines = pool_of(qwen3_renderer, 3)
     await pool.update_weight_version("v7")
     assert [e.weight_version for e in engines] == ["v7"] * 3
+
+
+async def test_stats_of_a_pool(qwen3_renderer: TemplateRenderer) -> None:
+    """One engine to the gateway: the first engine's URL, the stale retries of all of
+    them, each engine's figures (the same ones member_stats gives /metrics)."""
+    pool, engines = pool_of(qwen3_renderer, 2)
+    engines[0].stale_retries, engines[1].stale_retries = 2, 3
+    await pool.generate([1, 2, 3], PARAMS, "a_t000000_00")
+    stats = pool.stats()
+    assert (stats.name, stats.url, stats.stale_retries) == ("pool", "http://e0", 5)
+    assert stats.members == (
+        MemberStats("http://e0", True, 0, 1, requests=1, prompt_tokens=3),
+        MemberStats("http://e1", True, 0, 0))
+    assert stats.member_figures() == pool.member_stats()
+    assert EngineStats("fake").member_figures() is None  # a single engine: no members
 
 
 # -- real processes ----------------------------------------------------------------------

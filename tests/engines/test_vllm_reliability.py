@@ -82,7 +82,7 @@ async def test_stale_pooled_connections_are_retried_once(
                         keepalive_timeout=10)  # longer than the engine's: reuse stale ones
     try:
         assert await with_idle_gaps(engine, 10, 0.15) == 0
-        assert engine.stale_retries > 0
+        assert engine.stale_retries > 0 and engine.stats().stale_retries == engine.stale_retries
         assert seen == [f"r{i}" for i in range(10)]  # every request ran exactly once
     finally:
         await engine.close()
@@ -153,6 +153,7 @@ async def test_closed_before_any_reply_on_a_reused_connection_is_sent_once_more(
         result = await engine.generate([1, 2], PARAMS, "gone")
         assert result.output_ids == [5, 6]
         assert engine.stale_retries == 1 and seen == ["warm", "gone", "gone"]
+        assert engine.stats().stale_retries == 1 and engine.stats().url == engine.url
     finally:
         await engine.close()
         server.close()

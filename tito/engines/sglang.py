@@ -41,6 +41,7 @@ from tito.engines.transport import (
 )
 from tito.engines.transport import closed_before_reply as closed_before_reply
 from tito.types.engine import (
+    EngineStats,
     GenerateResult,
     PauseMode,
     ReplayRequest,
@@ -126,6 +127,9 @@ class SGLangEngine:
     def stale_retries(self) -> int:
         """Requests sent again on a fresh connection after a stale pooled one failed."""
         return self.http.stale_retries
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.name, self.url, self.http.stale_retries)
 
     # -- transport ---------------------------------------------------------------------
     async def _request(self, method: str, path: str, body: bytes | None = None, *,

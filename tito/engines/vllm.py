@@ -50,6 +50,7 @@ from tito.engines.transport import (
     sse_data,
 )
 from tito.types.engine import (
+    EngineStats,
     FinishReason,
     GenerateResult,
     PauseMode,
@@ -97,6 +98,9 @@ class VLLMEngine:
     def stale_retries(self) -> int:
         """Requests sent again on a fresh connection after a stale pooled one failed."""
         return self.http.stale_retries
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.name, self.url, self.http.stale_retries)
 
     async def _models(self) -> None:
         """The served model name (``self.model`` unless given) and ``max_model_len``."""
