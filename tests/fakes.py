@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
-from tito.types.engine import GenerateResult, PauseMode, ReplayRequest, SamplingParams
+from tito.types.engine import (
+    EngineStats,
+    GenerateResult,
+    PauseMode,
+    ReplayRequest,
+    SamplingParams,
+)
 
 
 @dataclass
@@ -43,6 +49,8 @@ class FakeEngine:
         self.replays: list[ReplayRequest | None] = []
         self.down: str | None = None
         """A reason makes probe()/health() report the engine down."""
+        self.stale_retries = 0
+        """Reported by stats() (an HTTP client's resent requests)."""
 
     def script(self, *replies: str | dict[str, Any] | BaseException) -> FakeEngine:
         """Queue replies: a string is an assistant message with that content."""
@@ -89,6 +97,9 @@ class FakeEngine:
 
     async def probe(self) -> str | None:
         return self.down
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.name, stale_retries=self.stale_retries)
 
     async def close(self) -> None:
         self.closed = True

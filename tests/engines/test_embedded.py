@@ -153,9 +153,9 @@ async def test_long_prompt_is_prefilled_in_chunks(
     text = " ".join(f"Item {i} costs {i * 3} coins." for i in range(60))
     prompt = chat(tok, f"{text}\nWhich item costs 27 coins?")
     assert len(prompt) > 2 * 256  # more than two chunks of max_step_tokens
-    before = engine.stats()["steps"]
+    before = engine.scheduler_stats()["steps"]
     res = await engine.generate(prompt, greedy(6), "chunked")
-    assert engine.stats()["steps"] - before >= 3 + len(res.output_ids) - 1
+    assert engine.scheduler_stats()["steps"] - before >= 3 + len(res.output_ids) - 1
     ref = rescore(reference, prompt + res.output_ids, len(res.output_ids), 0.0)
     assert max(abs(a - b) for a, b in zip(ref, res.logprobs, strict=True)) < 1e-4
 
@@ -170,7 +170,7 @@ async def test_batched_greedy_equals_unbatched(engine: EmbeddedEngine, tok: Toke
     together = await asyncio.gather(
         *(engine.generate(p, params, f"together-{i}") for i, p in enumerate(prompts))
     )
-    assert engine.stats()["max_running"] >= len(prompts)
+    assert engine.scheduler_stats()["max_running"] >= len(prompts)
     for a, b in zip(alone, together, strict=True):
         assert a.output_ids == b.output_ids
         assert a.finish_reason == b.finish_reason
@@ -181,15 +181,16 @@ async def test_batched_greedy_equals_unbatched(engine: EmbeddedEngine, tok: Toke
 async def test_requests_join_and_leave_the_running_batch(
     engine: EmbeddedEngine, tok: Tokenizer
 ) -> None:
-    start_steps, start_tokens = engine.stats()["steps"], engine.stats()["generated_tokens"]
+    counters = engine.scheduler_stats()
+    start_steps, start_tokens = counters["steps"], counters["generated_tokens"]
     long_req = asyncio.create_task(engine.generate(chat(tok, QUESTIONS[1]), greedy(40), "long"))
-    while engine.stats()["generated_tokens"] == start_tokens:
+    while engine.scheduler_stats()["generated_tokens"] == start_tokens:
         await asyncio.sleep(0.005)
     short = await engine.generate(chat(tok, QUESTIONS[2]), greedy(4), "short")  # joins, leaves
     assert short.finish_reason == "length" and len(short.output_ids) == 4
     assert not long_req.done()  # the short one left while the long one kept decoding
     long_res = await long_req
-    assert engine.stats()["steps"] - start_steps <= 40 + 1  # the short one shared steps
+    assert engine.scheduler_stats()["steps"] - start_steps <= 40 + 1  # the short one shared steps
     alone = await engine.generate(chat(tok, QUESTIONS[1]), greedy(40), "long-alone")
     assert long_res.output_ids == alone.output_ids
 
@@ -232,8 +233,8 @@ async def test_max_new_tokens_gives_length(engine: EmbeddedEngine, tok: Tokenize
 
 async def test_abort_stops_a_running_request(engine: EmbeddedEngine, tok: Tokenizer) -> None:
     task = asyncio.create_task(engine.generate(chat(tok, QUESTIONS[1]), greedy(2000), "ab"))
-    start = engine.stats()["generated_tokens"]
-    while engine.stats()["generated_tokens"] < start + 3:
+    start = engine.scheduler_stats()["generated_tokens"]
+    while engine.scheduler_stats()["generated_tokens"] < start + 3:
         await asyncio.sleep(0.01)
     t0 = time.perf_counter()
     await engine.abort("ab")
@@ -243,21 +244,21 @@ async def test_abort_stops_a_running_request(engine: EmbeddedEngine, tok: Tokeni
     assert 3 <= len(res.output_ids) < 2000 and len(res.logprobs) == len(res.output_ids)
     await engine.abort("ab")  # finished: ignored
     await engine.abort("never-existed")
-    assert engine.stats()["running"] == 0
+    assert engine.scheduler_stats()["running"] == 0
 
 
 async def test_cancelled_caller_aborts_its_request(engine: EmbeddedEngine, tok: Tokenizer) -> None:
     task = asyncio.create_task(engine.generate(chat(tok, QUESTIONS[0]), greedy(2000), "cx"))
-    while engine.stats()["running"] == 0:
+    while engine.scheduler_stats()["running"] == 0:
         await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(200):
-        if engine.stats()["running"] == 0:
+        if engine.scheduler_stats()["running"] == 0:
             break
         await asyncio.sleep(0.01)
-    assert engine.stats()["running"] == 0
+    assert engine.scheduler_stats()["running"] == 0
 
 
 # ---- sampling ----------------------------------------------------------------------------
@@ -332,9 +333,9 @@ async def test_prefix_cache_reuses_the_previous_turn(
 @pytest.mark.parametrize("mode", ["in_place", "retract", "abort"])
 async def test_pause_and_resume(engine: EmbeddedEngine, tok: Tokenizer, mode: str) -> None:
     prompt = chat(tok, QUESTIONS[3])
-    start = engine.stats()["generated_tokens"]
+    start = engine.scheduler_stats()["generated_tokens"]
     task = asyncio.create_task(engine.generate(prompt, greedy(12), f"pause-{mode}"))
-    while engine.stats()["generated_tokens"] == start:
+    while engine.scheduler_stats()["generated_tokens"] == start:
         await asyncio.sleep(0.005)
     await engine.pause(mode)  # type: ignore[arg-type]
     if mode == "abort":  # answered at once with the partial output, while still paused
@@ -346,9 +347,9 @@ async def test_pause_and_resume(engine: EmbeddedEngine, tok: Tokenizer, mode: st
         await engine.resume()
         assert (await asyncio.wait_for(waiting, 30)).finish_reason in ("length", "stop")
         return
-    frozen = engine.stats()["generated_tokens"]
+    frozen = engine.scheduler_stats()["generated_tokens"]
     await asyncio.sleep(0.3)
-    assert engine.stats()["generated_tokens"] == frozen
+    assert engine.scheduler_stats()["generated_tokens"] == frozen
     await engine.resume()
     res = await asyncio.wait_for(task, 30)
     assert res.finish_reason in ("length", "stop")
@@ -401,7 +402,7 @@ async def test_event_loop_stays_responsive_during_generation(
     )
     tick = asyncio.create_task(ticker())
     try:
-        while engine.stats()["running"] == 0:
+        while engine.scheduler_stats()["running"] == 0:
             await asyncio.sleep(0.005)
         while not gen.done() and len(latencies) < 20:
             await probe()
@@ -421,10 +422,10 @@ async def test_queued_abort_health_and_close() -> None:
     eng = await EmbeddedEngine.create(max_batch_size=1, prefix_cache_bytes=0)
     assert await eng.health()
     first = asyncio.create_task(eng.generate([1, 4093, 198, 28, 29], greedy(2000), "q-run"))
-    while eng.stats()["running"] == 0:
+    while eng.scheduler_stats()["running"] == 0:
         await asyncio.sleep(0.005)
     queued = asyncio.create_task(eng.generate([1, 4093, 198, 30], greedy(8), "q-wait"))
-    while eng.stats()["waiting"] == 0:
+    while eng.scheduler_stats()["waiting"] == 0:
         await asyncio.sleep(0.005)
     with pytest.raises(EngineRejected, match="duplicate"):
         await eng.generate([1, 2], greedy(1), "q-wait")

@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from fakes import FakeEngine
+from inproc import asgi_client, new_session
 from support import Proc, start_gateway, start_mock, tokenizer_dir
 
+from tito.config import ServerConfig
+from tito.engines.mock import MockConfig, MockEngine, MockModel
 from tito.engines.pool import EnginePool
+from tito.engines.sglang import SGLangEngine
 from tito.render.base import TemplateRenderer
-from tito.types.engine import SamplingParams
+from tito.server.gateway import Gateway
+from tito.types.engine import EngineStats, MemberStats, SamplingParams
 from tito.types.errors import EngineUnreachable
 from tito.types.placement import session_of
 
@@ -98,6 +104,64 @@ async def test_weight_versions_and_pauses_reach_every_engine(
     pool, engines = pool_of(qwen3_renderer, 3)
     await pool.update_weight_version("v7")
     assert [e.weight_version for e in engines] == ["v7"] * 3
+
+
+async def test_stats_of_a_pool(qwen3_renderer: TemplateRenderer) -> None:
+    """One engine to the gateway: the first engine's URL, the stale retries of all of
+    them, each engine's figures (the same ones member_stats gives /metrics)."""
+    pool, engines = pool_of(qwen3_renderer, 2)
+    engines[0].stale_retries, engines[1].stale_retries = 2, 3
+    await pool.generate([1, 2, 3], PARAMS, "a_t000000_00")
+    stats = pool.stats()
+    assert (stats.name, stats.url, stats.stale_retries) == ("pool", "http://e0", 5)
+    assert stats.members == (
+        MemberStats("http://e0", True, 0, 1, requests=1, prompt_tokens=3),
+        MemberStats("http://e1", True, 0, 0))
+    assert stats.member_figures() == pool.member_stats()
+    assert EngineStats("fake").member_figures() is None  # a single engine: no members
+
+
+@pytest.fixture
+async def pool_gateway(qwen3_dir: Path, qwen3_renderer: TemplateRenderer,
+                       qwen3_self_check: dict[str, Any],
+                       serve: Callable[..., Awaitable[str]]
+                       ) -> tuple[Gateway, list[str]]:
+    """The real app in this process over a pool of two real mock engines (HTTP)."""
+    mocks = [MockEngine(MockConfig(tokenizer_dir=str(qwen3_dir), family="qwen3"),
+                        MockModel(qwen3_renderer)) for _ in range(2)]
+    urls = [await serve(m.app()) for m in mocks]
+    config = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
+                          engine_url=urls[0], extra_engine_urls=(urls[1],))
+    pool = EnginePool([(url, SGLangEngine(url)) for url in urls])
+    return Gateway(config, qwen3_renderer, pool, self_check=qwen3_self_check), urls
+
+
+async def test_health_and_metrics_behind_a_pool_keep_the_url_and_stale_retries(
+        pool_gateway: tuple[Gateway, list[str]]) -> None:
+    """Behind several engines /metrics still exports tito_engine_stale_retries_total (the
+    sum over the engines) and /health names an engine URL (the first one)."""
+    gateway, urls = pool_gateway
+    assert isinstance(gateway.engine, EnginePool)
+    members = [m.engine for m in gateway.engine.members]
+    try:
+        async with asgi_client(gateway) as http:
+            sid = await new_session(http)
+            resp = await http.post(f"/sessions/{sid}/v1/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": "SAY hi"}]})
+            assert resp.status_code == 200, resp.text
+            for member, retries in zip(members, (2, 3), strict=True):
+                assert isinstance(member, SGLangEngine)
+                member.http.stale_retries = retries
+            health = (await http.get("/health")).json()
+            metrics = (await http.get("/metrics")).text
+    finally:
+        await gateway.engine.close()
+    assert health["engine"]["url"] == urls[0]
+    assert [e["url"] for e in health["engine"]["engines"]] == urls
+    assert [e["up"] for e in health["engine"]["engines"]] == [True, True]
+    assert "tito_engine_stale_retries_total 5" in metrics.splitlines()
+    assert sum(f'tito_engine_requests_total{{engine="{url}"}} 1' in metrics
+               for url in urls) == 1
 
 
 # -- real processes ----------------------------------------------------------------------

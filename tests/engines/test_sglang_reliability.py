@@ -21,6 +21,7 @@ import pytest
 from aiohttp import ClientPayloadError, web
 
 import tito.engines.sglang as sglang
+import tito.engines.transport as transport
 from tito.engines.mock import MockConfig, MockEngine
 from tito.engines.sglang import SGLangEngine
 from tito.net import bind_tcp, url_of
@@ -77,7 +78,7 @@ async def test_without_the_retry_stale_connections_fail(
         make_mock: MakeMock, serve_in_thread: Callable[..., str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The control of the test above: the same traffic fails when nothing is retried."""
-    monkeypatch.setattr(sglang, "closed_before_reply", lambda exc: False)
+    monkeypatch.setattr(transport, "closed_before_reply", lambda exc: False)
     mock = make_mock(keepalive_timeout=0.05)
     engine = SGLangEngine(serve_in_thread(mock.app(), **mock.server_options()),
                           keepalive_timeout=10)

@@ -49,6 +49,7 @@ from tito.engines.embedded_tokenizer import (
 )
 from tito.engines.embedded_weights import hf_model, load_model, load_weights
 from tito.types.engine import (
+    EngineStats,
     GenerateResult,
     PauseMode,
     ReplayRequest,
@@ -182,8 +183,8 @@ class EmbeddedEngine:
     def eos_token_id(self) -> int:
         return self.tokenizer_meta.eos_token_id
 
-    def stats(self) -> dict[str, int]:
-        """Queue, batch and prefix-cache counters (for metrics and the benchmark)."""
+    def scheduler_stats(self) -> dict[str, int]:
+        """Queue, batch and prefix-cache counters of the scheduler (tests, benchmarks)."""
         return self._scheduler.snapshot()
 
     # ---- the engine protocol -----------------------------------------------------------
@@ -315,6 +316,10 @@ class EmbeddedEngine:
 
     async def probe(self) -> str | None:
         return None if self._scheduler.alive else "the embedded engine's scheduler stopped"
+
+    def stats(self) -> EngineStats:
+        """In this process: no URL, no HTTP connection to retry."""
+        return EngineStats(self.name)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._scheduler.close)

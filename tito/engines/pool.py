@@ -10,7 +10,8 @@ An ejected engine is probed at most once a second while turns arrive and re-admi
 when it answers. ``--engine-max-inflight N`` caps the requests in flight per engine
 (more wait). Aborts go to the engine running the request; pause, continue and weight
 versions are sent to every engine. Per-engine load and prefix-cache hits are in
-:meth:`EnginePool.member_stats` (``/health``, ``/metrics``).
+:meth:`EnginePool.stats` (``/health``, ``/metrics``): its URL is the first engine's, its
+stale-connection retries the sum over the engines.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 
 from tito.types.engine import (
     Engine,
+    EngineStats,
     GenerateResult,
+    MemberStats,
     PauseMode,
     ReplayRequest,
     SamplingParams,
@@ -213,13 +216,16 @@ class EnginePool:
                              return_exceptions=True)
 
     # -- metrics ---------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        """The pool as one engine: the first engine's URL (the first ``--engine-url``),
+        the stale-connection retries of all of them, and each engine's figures."""
+        return EngineStats(
+            self.name, self.members[0].url,
+            sum(m.engine.stats().stale_retries for m in self.members),
+            tuple(MemberStats(m.url, m.up, m.inflight, m.sessions, m.requests, m.failures,
+                              m.prompt_tokens, m.cached_tokens) for m in self.members))
+
     def member_stats(self) -> dict[str, dict[str, float]]:
         """Per engine URL: up, in flight, sessions placed, requests, failures, prompt and
-        cached tokens, and the prefix-cache hit rate."""
-        return {m.url: {"up": float(m.up), "inflight": m.inflight, "sessions": m.sessions,
-                        "requests_total": m.requests, "failures_total": m.failures,
-                        "prompt_tokens_total": m.prompt_tokens,
-                        "cached_tokens_total": m.cached_tokens,
-                        "cache_hit_rate": m.cached_tokens / m.prompt_tokens
-                        if m.prompt_tokens else 0.0}
-                for m in self.members}
+        cached tokens, and the prefix-cache hit rate (``/metrics``)."""
+        return {m.url: m.figures() for m in self.stats().members}

@@ -17,6 +17,10 @@ setting sent explicitly (vLLM's own defaults differ: ``max_tokens`` 16, the mode
 - routed experts (``choices[].routed_experts``, base64 ``.npy``, with vLLM's
   ``--enable-return-routed-experts``) become int32 rows;
 - streaming: ``stream: true`` chunks carry the new ``token_ids`` and logprobs;
+- transport: the one SGLang uses (:mod:`tito.engines.transport`): a pooled keep-alive
+  session, the one safe resend of a request whose reused connection vLLM had closed
+  before any byte of the reply, ``/health`` probed within 2 s and ``/v1/models`` asked
+  within 10 s whatever the generation timeout;
 - abort: ``POST /abort_requests`` (vLLM's RL routes, ``VLLM_SERVER_DEV_MODE=1``), and in
   any case the HTTP request is closed, which makes vLLM abort it; pause / resume:
   ``POST /pause?mode=`` and ``POST /resume`` where vLLM exposes them (else an error that
@@ -33,12 +37,20 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import numpy as np
 import orjson
 
 from tito.engines.prompt_json import PromptJson, prompt_key
+from tito.engines.transport import (
+    JSON_OPTS,
+    KEEPALIVE_TIMEOUT_S,
+    MODELS_TIMEOUT_S,
+    PROBE_TIMEOUT_S,
+    HttpTransport,
+    sse_data,
+)
 from tito.types.engine import (
+    EngineStats,
     FinishReason,
     GenerateResult,
     PauseMode,
@@ -47,7 +59,7 @@ from tito.types.engine import (
     StreamChunk,
     TokenIds,
 )
-from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
+from tito.types.errors import EngineError, EngineRejected
 
 PROTOCOL_ERROR = "engine_protocol_error"
 PAUSE_MODES: dict[str, str] = {"abort": "abort", "in_place": "keep", "retract": "keep"}
@@ -63,35 +75,40 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
+                 keepalive_timeout: float = KEEPALIVE_TIMEOUT_S,
                  lora_name: str | None = None, logprobs_mode: str = "raw_logprobs",
                  model: str | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.http = HttpTransport(url, timeout=timeout, max_connections=max_connections,
+                                  keepalive_timeout=keepalive_timeout, label="vLLM")
+        """Pooled keep-alive session, the one safe stale-connection retry, short probes."""
+        self.url = self.http.url
+        self.timeout = timeout
         self.max_connections = max_connections
+        self.keepalive_timeout = keepalive_timeout
         self.lora_name = lora_name
         self.logprobs_mode = logprobs_mode
         self.model = model
         self._max_model_len: int | None = None
-        self._session: aiohttp.ClientSession | None = None
         self.weight_version: str = "default"
         self._lock = asyncio.Lock()
         self.prompt_json = PromptJson()
         """Each session's previous prompt text: a turn serializes only its new ids."""
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections,
-                                               keepalive_timeout=4.0),
-                timeout=self.timeout)
-        return self._session
+    @property
+    def stale_retries(self) -> int:
+        """Requests sent again on a fresh connection after a stale pooled one failed."""
+        return self.http.stale_retries
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.name, self.url, self.http.stale_retries)
 
     async def _models(self) -> None:
         """The served model name (``self.model`` unless given) and ``max_model_len``."""
         async with self._lock:
             if self.model is not None and self._max_model_len is not None:
                 return
-            status, body = await self._call("GET", "/v1/models")
+            status, body = await self._call("GET", "/v1/models",
+                                            timeout=min(self.timeout, MODELS_TIMEOUT_S))
             if status != 200:
                 raise EngineError(f"vLLM answered HTTP {status} to /v1/models")
             data = orjson.loads(body).get("data") or []
@@ -101,21 +118,13 @@ class VLLMEngine:
             length = data[0].get("max_model_len")
             self._max_model_len = length if isinstance(length, int) else None
 
-    async def _call(self, method: str, path: str, payload: Any = None
-                    ) -> tuple[int, bytes]:
+    async def _call(self, method: str, path: str, payload: Any = None, *,
+                    timeout: float | None = None) -> tuple[int, bytes]:
+        """(status, body) of one request over the shared transport (its one safe retry);
+        ``payload``: bytes as they are, anything else as JSON."""
         body = payload if payload is None or isinstance(payload, bytes) else \
-            orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
-        try:
-            async with self._client().request(
-                    method, self.url + path, data=body,
-                    headers={"content-type": "application/json"} if body else None) as resp:
-                return resp.status, await resp.read()
-        except TimeoutError as exc:
-            raise EngineTimeout(f"vLLM {self.url}{path} timed out after "
-                                f"{self.timeout.total}s") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise EngineUnreachable(f"engine transport error on {self.url}{path}: "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            orjson.dumps(payload, option=JSON_OPTS)
+        return await self.http.request(method, path, body, timeout=timeout)
 
     def _payload(self, input_ids: TokenIds, params: SamplingParams, rid: str,
                  replay: ReplayRequest | None, *, stream: bool) -> bytes:
@@ -188,17 +197,13 @@ class VLLMEngine:
         usage: dict[str, Any] | None = None
         self.prompt_json.begin()
         try:
-            async with self._client().post(self.url + "/v1/completions",
-                                           data=payload,
-                                           headers={"content-type": "application/json"}
-                                           ) as resp:
+            async with self.http.stream("/v1/completions", payload) as resp:
                 if resp.status != 200:
                     raise self._refusal(resp.status, await resp.read())
-                async for line in resp.content:
-                    line = line.strip()
-                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                async for data in sse_data(resp.content):
+                    if data == b"[DONE]":
                         continue
-                    event = orjson.loads(line[5:].strip())
+                    event = orjson.loads(data)
                     usage = event.get("usage") or usage
                     for choice in event.get("choices") or []:
                         new = _token_ids(choice.get("token_ids") or [], rid)
@@ -208,12 +213,6 @@ class VLLMEngine:
                             finish = choice
                         if new:
                             yield StreamChunk(list(ids))
-        except TimeoutError as exc:
-            raise EngineTimeout(f"vLLM {self.url} timed out after {self.timeout.total}s"
-                                ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise EngineUnreachable(f"engine transport error on {self.url}/v1/completions: "
-                                    f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.prompt_json.end()
         if finish is None:
@@ -284,15 +283,12 @@ class VLLMEngine:
         return await self.probe() is None
 
     async def probe(self) -> str | None:
-        try:
-            status, _ = await self._call("GET", "/health")
-        except EngineError as exc:
-            return exc.message
-        return None if status == 200 else f"vLLM /health answered HTTP {status}"
+        """None when ``GET /health`` answers 200 within :data:`PROBE_TIMEOUT_S` seconds
+        (not the generation timeout), else a short reason."""
+        return await self.http.probe("/health", PROBE_TIMEOUT_S)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.http.close()
 
 
 def _token_ids(value: Any, rid: str) -> list[int]:

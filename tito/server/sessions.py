@@ -14,6 +14,7 @@ from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
 from tito.server.http import check_depth, int_query, json_response, read_body, read_json
 from tito.server.samples import samples_payload, stored_sizes
+from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
 
 MAX_PAGE = 1000
@@ -25,14 +26,14 @@ PAGE_ID_BUDGET = 65_536
 async def health(gateway: Gateway, request: Request) -> Response:
     """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer."""
     engine_error = await gateway.control.engine_state()
+    stats = gateway.engine.stats()
     return json_response({
         "status": "ok" if engine_error is None else "degraded",
         "instance_id": gateway.instance_id,
         "session_server_instance_id": gateway.instance_id,  # the reference's name
-        "engine": {"name": gateway.engine.name,
-                   "url": getattr(gateway.engine, "url", None),
+        "engine": {"name": gateway.engine.name, "url": stats.url,
                    "ok": engine_error is None, "error": engine_error,
-                   **_pool_view(gateway.engine)},
+                   **_pool_view(stats)},
         "family": gateway.renderer.family,
         "session_version": gateway.config.session_version,
         "paused": gateway.control.pause_mode,
@@ -52,28 +53,26 @@ async def health(gateway: Gateway, request: Request) -> Response:
     }, status=200 if engine_error is None else 503)
 
 
-def _pool_view(engine: object) -> dict[str, Any]:
+def _pool_view(stats: EngineStats) -> dict[str, Any]:
     """An engine pool's members on /health: URL, up, in flight, sessions."""
-    stats = getattr(engine, "member_stats", None)
-    if not callable(stats):
+    if not stats.members:
         return {}
-    return {"engines": [{"url": url, "up": bool(f["up"]), "inflight": int(f["inflight"]),
-                         "sessions": int(f["sessions"])} for url, f in stats().items()]}
+    return {"engines": [{"url": m.url, "up": m.up, "inflight": m.inflight,
+                         "sessions": m.sessions} for m in stats.members]}
 
 
 async def metrics(gateway: Gateway, request: Request) -> Response:
     gauges: dict[str, float] = {"sessions": len(gateway.store),
                                 "sessions_expired_total": gateway.store.expired_total}
-    stale = getattr(gateway.engine, "stale_retries", None)
-    if isinstance(stale, int):  # requests resent after an idle-closed pooled connection
-        gauges["engine_stale_retries_total"] = stale
     # a walk over every live record: off the event loop (a gauge may be a moment stale)
     gauges.update(await gateway.offload(stored_sizes, gateway))
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
-    stats = getattr(gateway.engine, "member_stats", None)  # a pool: figures per engine
-    text = gateway.metrics.render(gauges, stats() if callable(stats) else None)
+    stats = gateway.engine.stats()
+    # requests resent after an idle-closed pooled connection (a pool: all its engines')
+    gauges["engine_stale_retries_total"] = stats.stale_retries
+    text = gateway.metrics.render(gauges, stats.member_figures())  # a pool: per engine
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -105,6 +105,51 @@ class StreamChunk:
     result: GenerateResult | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MemberStats:
+    """One engine of a pool (``--engine-url`` given several times): ``/health`` shows its
+    URL, up, in flight and sessions; ``/metrics`` every figure (:meth:`figures`)."""
+
+    url: str
+    up: bool
+    inflight: int
+    sessions: int
+    """Sessions placed on it."""
+    requests: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def figures(self) -> dict[str, float]:
+        """The ``tito_engine_<name>{engine="URL"}`` series of ``/metrics`` (a ``_total``
+        name is a counter), with the prefix-cache hit rate."""
+        return {"up": float(self.up), "inflight": self.inflight, "sessions": self.sessions,
+                "requests_total": self.requests, "failures_total": self.failures,
+                "prompt_tokens_total": self.prompt_tokens,
+                "cached_tokens_total": self.cached_tokens,
+                "cache_hit_rate": self.cached_tokens / self.prompt_tokens
+                if self.prompt_tokens else 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """What an engine reports about itself (:meth:`Engine.stats`; ``/health``, ``/metrics``)."""
+
+    name: str
+    url: str | None = None
+    """Where it is reached; None in process (the embedded engine). A pool: its first
+    member's URL (every member is in :attr:`members`)."""
+    stale_retries: int = 0
+    """Requests resent once after the engine closed an idle pooled connection (a pool:
+    the sum over its members)."""
+    members: tuple[MemberStats, ...] = ()
+    """A pool's engines, in ``--engine-url`` order; empty for a single engine."""
+
+    def member_figures(self) -> dict[str, dict[str, float]] | None:
+        """Per member URL its ``/metrics`` figures; None for a single engine."""
+        return {m.url: m.figures() for m in self.members} if self.members else None
+
+
 class StreamingEngine(Protocol):
     """An engine that also streams (SGLang ``/generate`` with ``stream: true``, the
     embedded engine). Engines without it are streamed as one final chunk
@@ -182,6 +227,10 @@ class Engine(Protocol):
 
     async def probe(self) -> str | None:
         """None when the engine is up, else a short reason (for ``/health``)."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """Its name, URL and counters now (cheap: no request to the engine)."""
         ...
 
     async def close(self) -> None: ...

@@ -1,0 +1,277 @@
+"""The HTTP transport of the engine clients (SGLang, vLLM; design §8).
+
+One pooled keep-alive aiohttp session per engine URL, orjson bodies, and:
+
+- **the one safe retry**: a request whose *reused* pooled connection turns out closed by
+  the engine before any byte of the reply is sent once more on a fresh connection
+  (:meth:`HttpTransport.request`, :func:`closed_before_reply`), counted in
+  :attr:`HttpTransport.stale_retries`;
+- **short probes**: :meth:`HttpTransport.probe` answers within a few seconds whatever the
+  generation timeout (600 s by default);
+- the error mapping every engine client shares: a transport failure is an
+  :class:`EngineUnreachable` (``engine_error``, cause chained), a timeout an
+  :class:`EngineTimeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import errno
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
+
+from tito.types.errors import EngineError, EngineTimeout, EngineUnreachable
+
+JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+JSON_HEADERS = {"content-type": "application/json"}
+PROBE_TIMEOUT_S = 2.0
+"""A probe (``GET /health``) must answer 200 within this (:meth:`HttpTransport.probe`)."""
+MODELS_TIMEOUT_S = 10.0
+"""``GET /v1/models`` (the context length, the served model) answers within this."""
+KEEPALIVE_TIMEOUT_S = 4.0
+"""Idle pooled connections are dropped after this: under uvicorn's (SGLang's, vLLM's) 5 s."""
+
+
+def error_text(body: bytes, limit: int = 500) -> str:
+    """The message of an engine's error body (SGLang's two 400 shapes, FastAPI's detail)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")[:limit]
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return str(err)[:limit]
+
+
+async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream."""
+    async for line in content:
+        line = line.strip()
+        if line.startswith(b"data:"):
+            yield line[5:].strip()
+
+
+# -- the stale keep-alive retry --------------------------------------------------------
+_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE})
+_WRITE_FAILED = "Can not write request body"
+
+
+def closed_before_reply(exc: BaseException) -> bool:
+    """Whether ``exc`` shows the server closed the connection before any byte of a
+    response arrived; exactly these:
+
+    - :class:`aiohttp.ServerDisconnectedError` without a partial response (aiohttp passes
+      the partly parsed response instead of its default text when some of it came);
+    - ``ConnectionResetError`` / ``BrokenPipeError``: aiohttp's "Cannot write to closing
+      transport" (:class:`aiohttp.ClientConnectionResetError`; a bare
+      ``ConnectionResetError`` before aiohttp 3.10), raised while writing the request;
+    - :class:`aiohttp.ClientOSError` with errno ``ECONNRESET`` or ``EPIPE``, and aiohttp's
+      "Can not write request body" with one of those errnos or with none (a wrapped
+      "Cannot write to closing transport").
+
+    Never a timeout (aiohttp's ServerTimeoutError is a connection error too)."""
+    if isinstance(exc, TimeoutError):
+        return False
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return isinstance(exc.message, str)
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return True
+    if isinstance(exc, aiohttp.ClientOSError):
+        if exc.errno in _STALE_ERRNOS:
+            return True
+        return exc.errno is None and str(exc.strerror).startswith(_WRITE_FAILED)
+    return False
+
+
+class _Attempt:
+    """One exchange on the pooled session: was its connection reused, did a reply start."""
+
+    __slots__ = ("answered", "reused")
+
+    def __init__(self) -> None:
+        self.reused = False
+        self.answered = False
+
+
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
+    "tito_engine_attempt", default=None)
+
+
+class _PoolConnector(aiohttp.TCPConnector):
+    """A TCPConnector that tells the running :class:`_Attempt` whether the connection it
+    hands out was handed out before (a pooled keep-alive connection). Cheaper than an
+    aiohttp TraceConfig, which costs ~20 us per request even with one listener."""
+
+    async def connect(self, req: ClientRequest, traces: list[Trace],
+                      timeout: aiohttp.ClientTimeout) -> Connection:
+        conn = await super().connect(req, traces, timeout)
+        attempt = _ATTEMPT.get()
+        proto = conn.protocol
+        if attempt is not None and proto is not None:
+            # a mark on the connection's protocol object (it has a __dict__): cheaper
+            # than a WeakSet of the handed-out ones, and it goes with the connection
+            attempt.reused = getattr(proto, "_tito_handed_out", False)
+            proto._tito_handed_out = True  # type: ignore[attr-defined]
+        return conn
+
+
+class HttpTransport:
+    """Requests to one engine over one pooled keep-alive aiohttp session.
+
+    **Keep-alive.** An idle pooled connection is dropped after ``keepalive_timeout``
+    seconds, which must be shorter than the engine's own (uvicorn, the HTTP server of
+    SGLang and vLLM, closes idle connections after 5 s). A request written on a connection
+    the server has just closed fails ("Server disconnected"), which would be a spurious 502.
+
+    **One safe retry.** A request is sent again, once, on a fresh (unpooled) connection
+    when all of these hold: its connection was *reused* from the pool; the failure came
+    before the response's status line and headers were parsed; and it is one of the
+    errors :func:`closed_before_reply` accepts: :class:`aiohttp.ServerDisconnectedError`
+    without a partial response, a ``ConnectionResetError``/``BrokenPipeError`` raised
+    while writing the request (aiohttp's "Cannot write to closing transport"), or
+    :class:`aiohttp.ClientOSError` with ``ECONNRESET``/``EPIPE`` (including "Can not write
+    request body"). Each retry adds one to :attr:`stale_retries`. This is safe because
+    such a failure means the engine never ran the request: an idle-closed keep-alive
+    connection never received it (the server closed its end first, so our bytes met a
+    closed socket), and the engine's HTTP server closes a connection without answering
+    only when no request is in progress on it (keep-alive timeout, shutdown); SGLang and
+    vLLM do not start a request whose body they did not fully read; an engine that
+    crashed after reading it is gone and cannot run the retry. (A server that reads a
+    request on a pooled connection and then closes or resets it without a byte of
+    response looks the same on the wire and would get it twice; uvicorn does not do
+    that, the mock's ``reset`` fault does.) Never retried: a timeout (the engine may be
+    running the request), a failure after the response started (headers received, body
+    cut), a failure on a fresh connection, a refused connection, any other error, a
+    stream (:meth:`stream`).
+
+    ``label`` starts the timeout messages (``engine``, ``vLLM``).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
+                 keepalive_timeout: float = KEEPALIVE_TIMEOUT_S, label: str = "engine"
+                 ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        """Seconds a request may take in all (``--engine-timeout``), unless told less."""
+        self.max_connections = max_connections
+        self.keepalive_timeout = keepalive_timeout
+        self.label = label
+        self.stale_retries = 0
+        """Requests sent again on a fresh connection after a stale pooled one failed."""
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled session (created on first use, in the running event loop)."""
+        if self._session is None or self._session.closed:
+            connector = _PoolConnector(limit=self.max_connections,
+                                       keepalive_timeout=self.keepalive_timeout)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                json_serialize=lambda o: orjson.dumps(o, option=JSON_OPTS).decode(),
+            )
+        return self._session
+
+    @staticmethod
+    async def _exchange(session: aiohttp.ClientSession, method: str, url: str,
+                        body: bytes | None, timeout: aiohttp.ClientTimeout,
+                        attempt: _Attempt | None, headers: dict[str, str] | None
+                        ) -> tuple[int, bytes]:
+        if headers is None:
+            headers = JSON_HEADERS if body is not None else None
+        token = _ATTEMPT.set(attempt)
+        try:
+            async with session.request(method, url, data=body, headers=headers,
+                                       timeout=timeout) as resp:
+                if attempt is not None:
+                    attempt.answered = True
+                return resp.status, await resp.read()
+        finally:
+            _ATTEMPT.reset(token)
+
+    async def request(self, method: str, path: str, body: bytes | None = None, *,
+                      timeout: float | None = None,
+                      headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """(status, body) of one request (JSON ``body`` unless ``headers`` say otherwise)
+        within ``timeout`` seconds (default :attr:`timeout`); see the class docstring for
+        the retry."""
+        seconds = self.timeout if timeout is None else timeout
+        limit = aiohttp.ClientTimeout(total=seconds)
+        attempt = _Attempt()
+        try:
+            return await self._exchange(self.session(), method, self.url + path, body,
+                                        limit, attempt, headers)
+        except TimeoutError as exc:
+            raise self.timed_out(path, seconds) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            if not (attempt.reused and not attempt.answered and closed_before_reply(exc)):
+                raise self.transport_error(path, exc) from exc
+            first = f"{type(exc).__name__}: {exc}"
+        self.stale_retries += 1
+        return await self._retry_fresh(method, path, body, seconds, first, headers)
+
+    async def _retry_fresh(self, method: str, path: str, body: bytes | None,
+                           seconds: float, first: str,
+                           headers: dict[str, str] | None) -> tuple[int, bytes]:
+        """The request again on a new connection of its own (closed afterwards)."""
+        limit = aiohttp.ClientTimeout(total=seconds)
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector, timeout=limit) as fresh:
+            try:
+                return await self._exchange(fresh, method, self.url + path, body, limit,
+                                            None, headers)
+            except TimeoutError as exc:
+                raise self.timed_out(path, seconds) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                raise self.transport_error(
+                    path, exc, note=f" (retried on a fresh connection after {first})") from exc
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, body: bytes,
+                     headers: dict[str, str] | None = None
+                     ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """``POST path`` on the pooled session, its response read as it arrives; a
+        timeout or transport failure while it is open (the body included) is mapped as
+        :meth:`request` maps it. Never retried: a stream is not resent."""
+        try:
+            async with self.session().post(self.url + path, data=body,
+                                           headers=headers or JSON_HEADERS) as resp:
+                yield resp
+        except TimeoutError as exc:
+            raise self.timed_out(path, self.timeout) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self.transport_error(path, exc) from exc
+
+    async def probe(self, path: str = "/health", timeout: float = PROBE_TIMEOUT_S
+                    ) -> str | None:
+        """None when ``GET path`` answers 200 within ``timeout`` seconds, else a short
+        reason (a timeout, the transport failure, or the status and the error body)."""
+        try:
+            status, body = await self.request("GET", path, timeout=timeout)
+        except EngineTimeout:
+            return f"no answer from {self.url}{path} within {timeout:g}s"
+        except EngineError as exc:
+            cause = exc.__cause__
+            return f"{type(cause).__name__}: {cause}"[:300] if cause else str(exc)[:300]
+        if status != 200:
+            return f"{self.url}{path} answered HTTP {status} {error_text(body, 200)}".rstrip()
+        return None
+
+    def timed_out(self, path: str, seconds: float) -> EngineTimeout:
+        return EngineTimeout(f"{self.label} {self.url}{path} timed out after {seconds}s")
+
+    def transport_error(self, path: str, exc: BaseException, note: str = "") -> EngineError:
+        return EngineUnreachable(f"engine transport error on {self.url}{path}: "
+                                 f"{type(exc).__name__}: {exc}{note}")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
