@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import QWEN3_DIR, fmt, print_table
+from _paths import QWEN3_DIR
+from _tables import fmt, print_table
 
 APPS = ("floor", "tito")
 
@@ -56,7 +57,7 @@ def child(args: argparse.Namespace) -> None:
     """One warm run, then the timed run inside ``operator.call`` (the C function that
     callgrind's ``--toggle-collect`` switches counting on for)."""
     import gateway_inprocess as harness
-    from _common import build_workload
+    from _workload import build_workload
 
     from tito.heap import freeze_startup_heap, tune_for_serving
     from tito.render import build_renderer

@@ -32,27 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    QWEN3_DIR,
-    PhaseResult,
-    Proc,
-    PySpy,
-    add_workload_args,
-    build_workload,
-    by_package,
-    fmt,
-    http_json,
-    median,
-    package_samples,
-    percentile,
-    print_table,
-    rss_bytes,
-    run_phase,
-    start_gateway,
-    start_mock,
-    start_passthrough,
-    top_frames,
-)
+from _load import PhaseResult, run_phase
+from _paths import QWEN3_DIR
+from _processes import Proc, http_json, rss_bytes, start_gateway, start_mock, start_passthrough
+from _profiling import PySpy, by_package, package_samples, top_frames
+from _tables import fmt, median, percentile, print_table
+from _workload import add_workload_args, build_workload
 
 MODES = ("direct", "passthrough", "gateway")
 LABELS = {"direct": "direct engine", "passthrough": "pass-through", "gateway": "tito gateway"}

@@ -43,18 +43,9 @@ from typing import Any
 import httpx
 import numpy as np
 import openai
-from _common import (
-    QWEN3_DIR,
-    Proc,
-    busy_cpu_s,
-    cpu_ns,
-    fmt,
-    peak_rss_bytes,
-    percentile,
-    print_table,
-    start_gateway,
-    start_mock,
-)
+from _paths import QWEN3_DIR
+from _processes import Proc, busy_cpu_s, cpu_ns, peak_rss_bytes, start_gateway, start_mock
+from _tables import fmt, percentile, print_table
 
 from tito import decode_samples
 from tito.client.checks import sample_violations

@@ -27,19 +27,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    QWEN3_DIR,
-    SAMPLING,
-    build_workload,
-    busy_cpu_s,
-    cpu_ns,
-    fmt,
-    median,
-    print_table,
-    start_gateway,
-    start_mock,
-    start_passthrough,
-)
+from _load import SAMPLING
+from _paths import QWEN3_DIR
+from _processes import busy_cpu_s, cpu_ns, start_gateway, start_mock, start_passthrough
+from _tables import fmt, median, print_table
+from _workload import build_workload
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
