@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import QWEN3_DIR, fmt, print_table
+from _paths import QWEN3_DIR
+from _tables import fmt, print_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tito.render import build_renderer
@@ -210,8 +211,8 @@ def route_of(args: argparse.Namespace) -> Route:
                      lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,
                                                                     renderer))
     return Route("a chat body", "decode_chat: parse, prefix check, validation", conversation,
-                 lambda body, state: decode_chat(body, [], 64, ApiState() if state is None else state,
-                                                 1024).data,
+                 lambda body, state: decode_chat(
+                     body, [], 64, ApiState() if state is None else state, 1024).data,
                  lambda seq, sessions, keep: per_turn(seq, sessions, keep=keep))
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import REPO, fmt, print_table
+from _paths import REPO
+from _tables import fmt, print_table
 
 from tito.engines.embedded import EmbeddedEngine
 from tito.engines.embedded_export import export_model_dir

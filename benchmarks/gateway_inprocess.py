@@ -40,15 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from _common import (
-    QWEN3_DIR,
-    add_workload_args,
-    build_workload,
-    fmt,
-    median,
-    print_table,
-    say_text,
-)
+from _paths import QWEN3_DIR
+from _tables import fmt, median, print_table
+from _workload import add_workload_args, build_workload, say_text
 
 App = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
                Awaitable[None]]

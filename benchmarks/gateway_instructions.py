@@ -1,14 +1,14 @@
 """Gateway instructions per turn, counted by valgrind: tito's own work, without the noise.
 
-The CPU-time benchmarks vary by ±20–30% run to run on a shared VM, so a change of a few
-percent cannot be seen in one invocation. This script runs ``gateway_inprocess.py``'s
-harness (the real app called as ASGI, the real SGLang client with a canned reply; or the
-JSON-only floor app) under ``valgrind --tool=callgrind`` and counts the instructions the
-timed part executes: the count is the same from one invocation to the next within about
-0.2%, so two trees can be compared with one run each (run the script from each
-checkout: it measures the ``tito`` of the tree it is in). Instructions
-are not time (a cache miss costs hundreds of cycles and no instruction), so use it next
-to the timed benchmarks, not instead of them.
+The CPU-time benchmarks vary run to run on a shared VM by far more than a change of a few
+percent (docs/performance.md gives the spread), so such a change cannot be seen in one
+invocation. This script runs ``gateway_inprocess.py``'s harness (the real app called as
+ASGI, the real SGLang client with a canned reply; or the JSON-only floor app) under
+``valgrind --tool=callgrind`` and counts the instructions the timed part executes: the
+count is the same from one invocation to the next within about 0.2%, so two trees can be
+compared with one run each (run the script from each checkout: it measures the ``tito``
+of the tree it is in). Instructions are not time (a cache miss costs hundreds of cycles
+and no instruction), so use it next to the timed benchmarks, not instead of them.
 
 Needs valgrind (Debian: ``apt install valgrind``). Each app takes about two minutes,
 mostly the gateway's startup under valgrind.
@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import QWEN3_DIR, fmt, print_table
+from _paths import QWEN3_DIR
+from _tables import fmt, print_table
 
 APPS = ("floor", "tito")
 
@@ -56,7 +57,7 @@ def child(args: argparse.Namespace) -> None:
     """One warm run, then the timed run inside ``operator.call`` (the C function that
     callgrind's ``--toggle-collect`` switches counting on for)."""
     import gateway_inprocess as harness
-    from _common import build_workload
+    from _workload import build_workload
 
     from tito.heap import freeze_startup_heap, tune_for_serving
     from tito.render import build_renderer

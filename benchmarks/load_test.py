@@ -10,7 +10,7 @@ call, optionally idles ``--idle-ms`` (past the engine's 5 s keep-alive, pooled
 connections go stale) and sends the next turn. After its last turn a session collects
 its samples (``POST /sessions/<id>/samples``), decodes them and deletes itself.
 
-Every sample is checked without the mock's request log: ``tito.client.rollout.
+Every sample is checked without the mock's request log: ``tito.client.checks.
 sample_violations`` (structure, lengths of tokens / loss_mask / logprobs, mask values,
 logprobs, strict ``tito_session_mismatch`` classes), status ``completed``, and the loss
 mask exactly 1 on the generated spans and 0 on the bridges, rebuilt from each turn's
@@ -43,21 +43,12 @@ from typing import Any
 import httpx
 import numpy as np
 import openai
-from _common import (
-    QWEN3_DIR,
-    Proc,
-    busy_cpu_s,
-    cpu_ns,
-    fmt,
-    peak_rss_bytes,
-    percentile,
-    print_table,
-    start_gateway,
-    start_mock,
-)
+from _paths import QWEN3_DIR
+from _processes import Proc, busy_cpu_s, cpu_ns, peak_rss_bytes, start_gateway, start_mock
+from _tables import fmt, percentile, print_table
 
 from tito import decode_samples
-from tito.client.rollout import sample_violations
+from tito.client.checks import sample_violations
 
 METRICS_OF_INTEREST = ("tito_errors_total", "tito_client_disconnects_total",
                        "tito_engine_aborts_total", "tito_turns_total", "tito_samples_total",

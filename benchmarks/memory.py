@@ -29,18 +29,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    QWEN3_DIR,
-    build_workload,
-    fmt,
-    http_json,
-    peak_rss_bytes,
-    print_table,
-    rss_bytes,
-    run_phase,
-    start_gateway,
-    start_mock,
-)
+from _load import run_phase
+from _paths import QWEN3_DIR
+from _processes import http_json, peak_rss_bytes, rss_bytes, start_gateway, start_mock
+from _tables import fmt, print_table
+from _workload import build_workload
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from _common import fmt, print_table
+from _tables import fmt, print_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tito.engines.prompt_json import PromptJson

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import QWEN3_DIR, cpu_ns, fmt, print_table, start_mock, start_server
+from _paths import QWEN3_DIR
+from _processes import cpu_ns, start_mock, start_server
+from _tables import fmt, print_table
 
 from tito.launch import tito_command
 from tito.net import free_port_block

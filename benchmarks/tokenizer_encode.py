@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import QWEN3_DIR, fmt, print_table
+from _paths import QWEN3_DIR
+from _tables import fmt, print_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tito.render import build_renderer

@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import QWEN3_DIR, fmt, median, percentile, print_table, start_gateway, start_mock
+from _paths import QWEN3_DIR
+from _processes import start_gateway, start_mock
+from _tables import fmt, median, percentile, print_table
 
 PROMPT = "Tell me about the weather.\nSAY " + " ".join(["sunny and warm today"] * 16)
 

@@ -27,19 +27,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    QWEN3_DIR,
-    SAMPLING,
-    build_workload,
-    busy_cpu_s,
-    cpu_ns,
-    fmt,
-    median,
-    print_table,
-    start_gateway,
-    start_mock,
-    start_passthrough,
-)
+from _load import SAMPLING
+from _paths import QWEN3_DIR
+from _processes import busy_cpu_s, cpu_ns, start_gateway, start_mock, start_passthrough
+from _tables import fmt, median, print_table
+from _workload import build_workload
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -151,8 +143,8 @@ def components(renderer: Any, wl: Any, messages: list[dict[str, Any]],
     import orjson
 
     from tito.engines.mock.directives import MockModel
-    from tito.server.openai.models import validate_chat
     from tito.server.openai.convert import session_messages
+    from tito.server.openai.models import validate_chat
     from tito.session.linear import LinearSession
     from tito.session.matchers import strict
     from tito.types.engine import GenerateResult, check_output

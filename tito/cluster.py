@@ -29,14 +29,11 @@ from typing import Any
 
 import httpx
 
-from tito.client.rollout import (
-    PromptItem,
-    RolloutResult,
-    RolloutSettings,
-    TrajectoryResult,
-    resolve_agent,
-    run_trajectory,
-)
+from tito.client.agent import resolve_agent
+from tito.client.prompts import PromptItem
+from tito.client.results import RolloutResult, TrajectoryResult
+from tito.client.rollout import run_trajectory
+from tito.client.settings import RolloutSettings
 from tito.client.tracer import SessionTracer
 from tito.config import ServerConfig
 

@@ -6,6 +6,7 @@ subprocesses (the ``qwen3_stack`` fixture); the agents use the real ``openai`` S
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -85,6 +86,30 @@ def test_unknown_sampling_setting_is_rejected() -> None:
     assert to_request_kwargs({"max_new_tokens": 3, "top_k": None}) == {"max_tokens": 3}
     with pytest.raises(ValueError, match="unknown sampling setting 'beam_width'"):
         to_request_kwargs({"beam_width": 4})
+
+
+def test_resolve_agent_forms_and_errors(tmp_path: Path) -> None:
+    """``--agent``: module:function or a file, never module.function unless asked; errors
+    are one-line RolloutInputErrors (a ConfigError and a ValueError) naming the flag."""
+    from tito.client.agent import resolve_agent
+    from tito.client.errors import RolloutInputError
+    from tito.examples import scripted_agent
+    from tito.types.errors import ConfigError
+
+    fn, _ = resolve_agent("tito.examples.scripted_agent:run_agent")
+    assert fn is scripted_agent.run_agent
+    assert resolve_agent("tito.examples.scripted_agent.run_agent",
+                         dotted=True)[0] is scripted_agent.run_agent
+    agent = tmp_path / "file_agent.py"
+    agent.write_text("async def run_agent(*args, **kw):\n    return None\n\n"
+                     "def abort():\n    pass\n")
+    fn, abort = resolve_agent(f"{agent}:run_agent")
+    assert fn.__module__ == "_tito_file_file_agent" and abort is not None
+    with pytest.raises(RolloutInputError) as info:
+        resolve_agent("tito.examples.scripted_agent.run_agent", flag="--my-agent")
+    assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
+    assert str(info.value) == ("--my-agent 'tito.examples.scripted_agent.run_agent' must look "
+                               "like module:function or path/to/file.py:function")
 
 
 async def test_agent_exception_propagates_and_session_is_deleted(

@@ -1,4 +1,4 @@
-"""Wire compatibility with the reference framework, both ways (issue 12).
+"""Wire compatibility with the reference framework's samples payload, both ways.
 
 ``reference_decode`` is written from the reference's published wire spec (its samples
 value spec: tensor fields with pinned dtypes, ``nulls`` for absent tensors, the JSON keys

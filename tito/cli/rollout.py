@@ -39,20 +39,13 @@ from rich.progress import (
 from rich.table import Table
 
 from tito.cli.serve import add_session_arguments, session_config
-from tito.client.agent import AgentFn
-from tito.client.rollout import (
-    AbortFn,
-    PromptItem,
-    RolloutDriver,
-    RolloutInputError,
-    RolloutResult,
-    RolloutSettings,
-    RolloutSummary,
-    TrajectoryResult,
-    load_prompts,
-    resolve_agent,
-    summarize,
-)
+from tito.client.agent import AbortFn, AgentFn, resolve_agent
+from tito.client.errors import RolloutInputError
+from tito.client.prompts import PromptItem, load_prompts
+from tito.client.results import RolloutResult, TrajectoryResult
+from tito.client.rollout import RolloutDriver
+from tito.client.settings import RolloutSettings
+from tito.client.summary import RolloutSummary, summarize
 from tito.config import ENGINES, ServerConfig
 from tito.examples import ARITHMETIC_DATA, DEMO_AGENT
 from tito.stack import EMBEDDED_FAMILY, default_family, start_stack

@@ -1,4 +1,5 @@
-"""The agent contract (design §7) and running one agent over one prompt.
+"""The agent contract (design §7), loading an agent (``--agent``) and running one agent over
+one prompt.
 
 An agent is ``async def run_agent(base_url, prompt, request_kwargs, metadata, **kw)
 -> dict | None``: ``base_url`` ends in ``/sessions/<id>`` (an OpenAI client uses
@@ -9,15 +10,20 @@ returned dict is merged into the samples' metadata (``reward`` also sets the rew
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+from tito.client.errors import RolloutInputError
 from tito.client.tracer import SessionTracer, aborted_sample
 from tito.samples import Sample
+from tito.types.errors import ConfigError
+from tito.types.imports import import_from_spec
 
 AgentFn = Callable[..., Awaitable[dict[str, Any] | None]]
+AbortFn = Callable[[], Any]
+"""An agent module's optional ``abort()``, called when a rollout is interrupted."""
 
 OPENAI_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed"}
 """Our sampling names -> OpenAI request names."""
@@ -41,22 +47,24 @@ def to_request_kwargs(sampling: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def load_agent(spec: str) -> tuple[AgentFn, Callable[[], Any] | None]:
-    """``module:function`` -> (run_agent, the module's optional ``abort()``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"must look like module:function, got {spec!r}")
+def resolve_agent(spec: str, *, flag: str = "--agent", dotted: bool = False
+                  ) -> tuple[AgentFn, AbortFn | None]:
+    """``module:function`` or ``path/to/file.py:function`` (and ``module.function`` with
+    ``dotted``) -> (run_agent, the module's optional ``abort()``).
+
+    The current directory is importable (as with ``python -m``). The rules and messages
+    are :func:`tito.types.imports.import_from_spec`'s; any failure is a
+    :class:`RolloutInputError` naming ``flag``, the spec and the problem.
+    """
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import agent module {module_name!r}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise ValueError(f"agent module {module_name!r} has no attribute {attr!r}")
-    if not inspect.iscoroutinefunction(fn):
-        raise ValueError(f"agent {spec!r} must be an async function (async def run_agent...)")
-    abort = getattr(module, "abort", None)
-    return fn, abort if callable(abort) else None
+        found = import_from_spec(spec, flag, dotted=dotted, files=True, noun="agent",
+                                 require_async=True)
+    except ConfigError as exc:
+        raise RolloutInputError(exc.message) from exc.__cause__
+    abort = getattr(found.module, "abort", None)
+    return found.value, abort if callable(abort) else None
 
 
 async def generate(

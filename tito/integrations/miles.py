@@ -39,7 +39,6 @@ import asyncio
 import copy
 import enum
 import functools
-import importlib
 import inspect
 import logging
 import os
@@ -51,10 +50,11 @@ from typing import Any, Protocol, cast
 
 import httpx
 
-from tito.client.agent import OPENAI_NAMES, REQUEST_FIELDS, AgentFn
-from tito.client.rollout import resolve_agent
+from tito.client.agent import OPENAI_NAMES, REQUEST_FIELDS, AgentFn, resolve_agent
 from tito.client.tracer import CollectError, SessionTracer, TracedSession
 from tito.samples import DecodedSamples, Sample
+from tito.types.errors import ConfigError
+from tito.types.imports import import_object
 
 __all__ = [
     "GenerateOutput",
@@ -187,15 +187,9 @@ def prompt_messages(prompt: Any) -> list[dict[str, Any]]:
 @functools.cache
 def load_agent_function(path: str) -> tuple[AgentFn, AbortHook | None]:
     """``pkg.module.function`` (the framework's form), ``pkg.module:function`` or
-    ``path/to/file.py:function`` -> (run_agent, the module's optional ``abort``)."""
-    spec = path
-    if ":" not in path:
-        module, _, attr = path.rpartition(".")
-        if not module:
-            raise ValueError(f"--custom-agent-function-path must look like "
-                             f"module.function, got {path!r}")
-        spec = f"{module}:{attr}"
-    return resolve_agent(spec, flag="--custom-agent-function-path")
+    ``path/to/file.py:function`` -> (run_agent, the module's optional ``abort``); a
+    :class:`~tito.client.errors.RolloutInputError` (a ``ValueError``) when it cannot."""
+    return resolve_agent(path, flag="--custom-agent-function-path", dotted=True)
 
 
 # -- one trajectory --------------------------------------------------------------------
@@ -376,9 +370,9 @@ generate_legacy.add_arguments = add_arguments  # type: ignore[attr-defined]
 def output_type() -> type:
     """The framework's ``GenerateFnOutput`` when it is importable, else ours."""
     try:
-        module = importlib.import_module("miles.rollout.base_types")
-        return cast(type, module.GenerateFnOutput)
-    except Exception:  # absent, or a partial install: the duck-typed stand-in
+        return cast(type, import_object("miles.rollout.base_types:GenerateFnOutput",
+                                        "the framework's output type"))
+    except ConfigError:  # absent, or a partial install: the duck-typed stand-in
         return GenerateOutput
 
 
@@ -412,15 +406,11 @@ def is_legacy_generate_function(fn: Callable[..., Any]) -> bool:
 def load_generate_function(path: str | None) -> Callable[[GenerateInput], Awaitable[Any]] | None:
     """What the framework's loader does, for any generate function: ``module.attr`` (or
     ``module:attr``) -> a new-form callable. A class is instantiated, a legacy function is
-    adapted, a new-form function is returned as it is; an empty path is None."""
+    adapted, a new-form function is returned as it is; an empty path is None. A path that
+    names nothing callable is a :class:`~tito.types.errors.ConfigError`."""
     if not path:
         return None
-    module_name, sep, attr = path.rpartition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"a generate function path looks like module.function, got {path!r}")
-    fn: Any = getattr(importlib.import_module(module_name), attr)
+    fn: Any = import_object(path, "generate function", dotted=True, callable_=True)
     if inspect.isclass(fn):
         return cast("Callable[[GenerateInput], Awaitable[Any]]", fn())
     if is_legacy_generate_function(fn):

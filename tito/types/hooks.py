@@ -5,30 +5,16 @@ synchronous work)."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tito.types.errors import ConfigError
+from tito.types.imports import import_object
 
 
 def load_function(spec: str, what: str) -> Callable[..., Any]:
-    """The function ``spec`` names; :class:`ConfigError` (exit 2) naming ``what`` (e.g.
-    ``--sample-picker``) when it cannot be imported, is not callable or is async."""
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-    elif "." in spec:
-        module_name, _, attr = spec.rpartition(".")
-    else:
-        raise ConfigError(f"{what} {spec!r} is not a dotted path (module.function or "
-                          "module:function)")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {what} {spec!r}: {exc}") from exc
-    if not callable(fn):
-        raise ConfigError(f"{what} {spec!r} is not a function")
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-        raise ConfigError(f"{what} {spec!r} must be a plain function, not async")
+    """The function ``spec`` names; :class:`~tito.types.errors.ConfigError` (exit 2) naming
+    ``what`` (e.g. ``--sample-picker``) when it cannot be imported, is not callable or is
+    async. The rules and messages are :func:`tito.types.imports.import_object`'s."""
+    fn: Callable[..., Any] = import_object(spec, what, dotted=True, callable_=True,
+                                           refuse_async=True)
     return fn

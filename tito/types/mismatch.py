@@ -1,7 +1,7 @@
 """Classes of the ``tito_session_mismatch`` report (design §4.4).
 
 The comparator (:mod:`tito.render.compare`) writes them into a sample's metadata and the
-rollout checks (:mod:`tito.client.rollout`) read them back, so the names live here, below
+rollout checks (:mod:`tito.client.checks`) read them back, so the names live here, below
 both.
 """
 
