@@ -107,7 +107,8 @@ _ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
 class _PoolConnector(aiohttp.TCPConnector):
     """A TCPConnector that tells the running :class:`_Attempt` whether the connection it
     hands out was handed out before (a pooled keep-alive connection). Cheaper than an
-    aiohttp TraceConfig, which costs ~20 us per request even with one listener."""
+    aiohttp TraceConfig, which costs time on every request even with one listener (see
+    docs/performance.md, "Figures behind the code")."""
 
     async def connect(self, req: ClientRequest, traces: list[Trace],
                       timeout: aiohttp.ClientTimeout) -> Connection:
