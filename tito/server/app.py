@@ -3,8 +3,9 @@
 Routes: one sibling package per API (:mod:`tito.server.openai` Chat Completions,
 :mod:`tito.server.anthropic` Messages, :mod:`tito.server.responses` Responses: matched
 first, they serve every turn), then the session routes (:mod:`tito.server.sessions`), then
-the catch-all for unknown paths of a known session. Refusals at the door and Starlette's
-own 404/405 answers use the envelope of the path's API (:func:`api_of`).
+the catch-all for unknown paths of a known session. Refusals at the entry
+(:mod:`tito.server.entry`) and Starlette's own 404/405 answers use the envelope of the
+path's API (:func:`api_of`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.responses import Response
 
 from tito.server import anthropic, openai, responses, sessions, ui
 from tito.server.api import Api
-from tito.server.door import Door
+from tito.server.entry import EntryMiddleware
 from tito.server.gateway import Gateway
 from tito.types.errors import MethodNotAllowed, NotFound, TitoError
 
@@ -46,7 +47,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 TURN_APIS: tuple[Api, ...] = (openai.API, anthropic.API, responses.API)
-"""The APIs whose POST routes run turns: served by the door without the router."""
+"""The APIs whose POST routes run turns: served by the entry middleware without the router."""
 
 
 def create_app(gateway: Gateway) -> Starlette:
@@ -76,6 +77,6 @@ def create_app(gateway: Gateway) -> Starlette:
             await gateway.engine.close()
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(Door, gateway=gateway, api_of=api_of,
+                     middleware=[Middleware(EntryMiddleware, gateway=gateway, api_of=api_of,
                                             turn_routes=turn_routes)],
                      lifespan=lifespan)

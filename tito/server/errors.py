@@ -2,8 +2,9 @@
 
 Every API answers with the statuses of :data:`STATUS`; the envelope here is OpenAI's
 (``{"error": {"message", "type", "code", "param"}}``), used by the Chat Completions and
-Responses APIs, the session routes, the viewer and the door. The Anthropic Messages API
-words the same errors in its own envelope (:mod:`tito.server.anthropic.errors`).
+Responses APIs, the session routes, the viewer and the refusals of the access rules. The
+Anthropic Messages API words the same errors in its own envelope
+(:mod:`tito.server.anthropic.errors`).
 """
 
 from __future__ import annotations

@@ -87,9 +87,9 @@ def check_depth(fields: dict[str, Any], limit: int) -> None:
     """BadRequest ``json_too_deep`` when a value of ``fields`` nests JSON deeper than
     ``limit`` levels (the field itself is level 1).
 
-    Deep nesting is refused at the door: stored messages are re-serialized later (views,
-    templates, samples metadata) by code with recursion limits of its own. One walk over
-    the containers only; scalars cost nothing. Recursive: ``limit`` is at most 512
+    Deep nesting is refused before anything is stored: stored messages are re-serialized
+    later (views, templates, samples metadata) by code with recursion limits of its own.
+    One walk over the containers only; scalars cost nothing. Recursive: ``limit`` is at most 512
     (``--max-json-depth``), well inside Python's recursion limit."""
 
     def walk(item: dict[str, Any] | list[Any], depth: int, key: str) -> None:

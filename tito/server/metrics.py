@@ -105,7 +105,7 @@ class Metrics:
         self.counters[name] += value
 
     def error(self, status: int, code: str, route: str = "") -> None:
-        """``route``: the route's path template (``door`` for a refusal at the door)."""
+        """``route``: the route's path template (``door`` for a refusal by the access rules)."""
         self.errors[(status, code, route)] += 1
 
     def turn(self, *, latency: float, engine: float, overhead: float, prompt: int,

@@ -7,7 +7,7 @@ gateway over its live sessions (:mod:`.live`) and by ``tito view`` over a
 ``samples.parquet`` (:mod:`.parquet`, :mod:`.viewer`). Modules: :mod:`.routes` (HTTP),
 :mod:`.strip` (the strip and its pages), :mod:`.blocks`, :mod:`.text`, :mod:`.views`
 (list entries, tree, preview), :mod:`.model` (per-session cache), :mod:`.login` (the
-``--api-key`` cookie). The door's Host, Origin and API-key rules apply to every route;
+``--api-key`` cookie). The access rules (Host, Origin, API key) apply to every route;
 ``tito serve --no-ui`` leaves them out.
 """
 

@@ -1,5 +1,5 @@
 """The viewer behind ``--api-key``: a browser cannot send an ``Authorization`` header
-when it opens a page, so the door also reads the key from the cookie ``tito_api_key`` —
+when it opens a page, so the access rules also read the key from the cookie ``tito_api_key`` —
 on GET and HEAD requests to ``/ui`` only (``SameSite=Strict``; nothing there changes
 state) — and answers a refused page request (``Accept: text/html``) with a small form
 that sets the cookie and reloads. JSON routes keep OpenAI's error envelope."""

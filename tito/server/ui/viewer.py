@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tito.server.door import allowed_host_names
+from tito.server.access import allowed_host_names
 from tito.server.errors import error_response, status_of
 from tito.server.ui.routes import ROUTES, Handler, Source
 from tito.types.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound, TitoError

@@ -1,4 +1,5 @@
-"""The door: API key, Host allow-list, cross-origin refusal, JSON-only bodies."""
+"""The entry: access rules (API key, Host allow-list, cross-origin refusal, JSON-only
+bodies) and turn routes served without the router."""
 
 from __future__ import annotations
 
@@ -126,17 +127,17 @@ async def test_non_json_bodies_are_415(make_gateway: Any, content_type: str) -> 
         assert ok.status_code == 200
 
 
-def test_the_door_serves_a_turn_route_only_where_the_router_would(make_gateway: Any) -> None:
-    """The door answers the turn routes without the router: for a POST to each, the
+def test_the_entry_serves_a_turn_route_only_where_the_router_would(make_gateway: Any) -> None:
+    """The entry answers the turn routes without the router: for a POST to each, the
     router's first full match is that same route, and a GET to it is the router's."""
     from starlette.routing import Match
 
     from tito.server.app import create_app
-    from tito.server.door import Door
+    from tito.server.entry import EntryMiddleware
 
     app = create_app(make_gateway())
-    door = next(m for m in app.user_middleware if m.cls is Door)
-    turn_routes = door.kwargs["turn_routes"]
+    entry = next(m for m in app.user_middleware if m.cls is EntryMiddleware)
+    turn_routes = entry.kwargs["turn_routes"]
     assert {r.path for r in turn_routes} == {
         "/sessions/{session_id}/v1/chat/completions", "/sessions/{session_id}/v1/messages",
         "/sessions/{session_id}/v1/messages/count_tokens",

@@ -1,6 +1,5 @@
-"""The door: who may talk to the gateway (design §7, security).
-
-A pure ASGI middleware in front of every route, checked in this order:
+"""Who may talk to the gateway (design §7, security): the rules every request passes, in
+this order, before any route runs.
 
 1. ``Host`` must name this server (``--allowed-hosts``; loopback names and ``--host`` by
    default): a DNS-rebinding page cannot reach a gateway on 127.0.0.1 — 400 otherwise.
@@ -8,28 +7,24 @@ A pure ASGI middleware in front of every route, checked in this order:
    another origin cannot create sessions or post turns — 403 otherwise.
 3. With ``--api-key`` (or ``TITO_API_KEY``), every route but ``GET /health`` needs
    ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise; a
-   GET/HEAD to the viewer (``/ui``) may carry it in the ``tito_api_key`` cookie instead,
-   and a browser refused the viewer page gets a form that sets it
+   GET/HEAD to the viewer (``/ui``) may carry it in the ``tito_api_key`` cookie instead
    (:mod:`tito.server.ui.login`).
 4. A request body must be JSON: a non-empty body whose ``content-type`` is not
    ``application/json`` (or ``+json``) is 415, so a cross-site ``text/plain`` form post
    never reaches a route (an empty body may carry any type: some clients label it).
 
-Refusals use the OpenAI error envelope and are counted in ``/metrics``.
+:class:`AccessRules` only decides; :mod:`tito.server.entry` answers a refusal.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
-from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
-from tito.server.api import DEFAULT_ERRORS
+from tito.config import ServerConfig
 from tito.server.ui import login
 from tito.types.errors import (
     BadRequest,
@@ -38,10 +33,6 @@ from tito.types.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-
-if TYPE_CHECKING:
-    from tito.server.api import Api
-    from tito.server.gateway import Gateway
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -70,18 +61,10 @@ def _host_name(value: str) -> str:
     return urlsplit("//" + value).hostname or ""
 
 
-class Door:
-    def __init__(self, app: ASGIApp, *, gateway: Gateway,
-                 api_of: Callable[[str], Api] = lambda path: DEFAULT_ERRORS,
-                 turn_routes: Sequence[Route] = ()) -> None:
-        """``api_of(path)``: the API whose error envelope a refusal of ``path`` uses.
-        ``turn_routes``: routes served without the router (see :func:`_answer`); each
-        must be the first route of the app that fully matches a request it matches."""
-        self.app = app
-        self.gateway = gateway
-        self.api_of = api_of
-        self.turn_routes = tuple(turn_routes)
-        config = gateway.config
+class AccessRules:
+    """The four rules of one gateway (its ``--allowed-hosts``, ``--host`` and ``--api-key``)."""
+
+    def __init__(self, config: ServerConfig) -> None:
         self.hosts = allowed_host_names(config.allowed_hosts, config.host)
         self.any_host = "*" in self.hosts
         self.key = f"Bearer {config.api_key}".encode() if config.api_key else None
@@ -97,29 +80,6 @@ class Door:
                 self._host_allowed.clear()
             self._host_allowed[host] = allowed
         return allowed
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        error = self.refusal(scope)
-        if error is None:
-            if scope["method"] == "POST" and self.turn_routes:
-                for route in self.turn_routes:
-                    match, child_scope = route.matches(scope)
-                    if match is Match.FULL:
-                        scope.update(child_scope)
-                        await _answer(route, scope, receive, send)
-                        return
-            await self.app(scope, receive, send)
-            return
-        api = self.api_of(scope["path"])
-        status = api.status_of(error)
-        self.gateway.metrics.error(status, error.code, "door")
-        if status == 401 and login.wants_login_page(scope):
-            await login.login_response(scope)(scope, receive, send)
-            return
-        await api.error_response(error, status)(scope, receive, send)
 
     def refusal(self, scope: Scope) -> TitoError | None:
         headers = dict(scope["headers"])
@@ -153,12 +113,3 @@ class Door:
             return True
         api_key = headers.get(b"x-api-key") or login.cookie_key(scope, headers)
         return api_key is not None and hmac.compare_digest(api_key, self.raw_key)
-
-
-async def _answer(route: Route, scope: Scope, receive: Receive, send: Send) -> None:
-    """Serve a request for ``route`` (a :meth:`Api.guard`-ed endpoint, which turns every
-    failure into a response) without Starlette's router and exception middleware: the
-    turn routes answer every turn, and those layers cost time on every request for
-    nothing (no routing error can happen once the route matched)."""
-    response = await route.endpoint(Request(scope, receive, send))
-    await response(scope, receive, send)
