@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client
-from support import EXAMPLES_SCALE, Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client
+from helpers.support import EXAMPLES_SCALE, Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.config import ServerConfig
 from tito.render import build_renderer

@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from support import start_gateway, start_mock
+from helpers.support import start_gateway, start_mock
 
 from tito.config import ServerConfig
 from tito.stack import start_stack

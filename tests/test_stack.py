@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import children
 import httpx
 import pytest
+from helpers import children
 
 from tito.config import ServerConfig
 from tito.stack import start_stack

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, tokenizer_dir
+from helpers.support import REPO, tokenizer_dir
 
 pytestmark = pytest.mark.slow  # runs each benchmark, tiny
 

@@ -31,11 +31,11 @@ from tito.cli import main
     (["--engine-url", "http://x", "--tokenizer", ".", "--session-version", "v2",
       "--max-rollback", "3"], "--max-rollback is a v1 option"),
     (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
-      "--session-version", "v2", "--sample-picker", "v2_hooks:async_pick"],
-     "--sample-picker 'v2_hooks:async_pick' must be a plain function, not async"),
+      "--session-version", "v2", "--sample-picker", "helpers.v2_hooks:async_pick"],
+     "--sample-picker 'helpers.v2_hooks:async_pick' must be a plain function, not async"),
     (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
-      "--session-version", "v2", "--sample-postprocessor", "v2_hooks:nothing"],
-     "cannot load --sample-postprocessor 'v2_hooks:nothing'"),
+      "--session-version", "v2", "--sample-postprocessor", "helpers.v2_hooks:nothing"],
+     "cannot load --sample-postprocessor 'helpers.v2_hooks:nothing'"),
 ])
 def test_bad_flags_exit_2(flags: list[str], message: str, qwen3_dir: Path,
                           capsys: pytest.CaptureFixture[str]) -> None:

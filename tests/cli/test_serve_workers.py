@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import Proc, start_mock, start_tito, tokenizer_dir
+from helpers.support import Proc, start_mock, start_tito, tokenizer_dir
 
 from tito.client.agent import generate
 from tito.client.tracer import SessionTracer

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeEngine
-from scripted import WEATHER_TOOLS
-from support import REPO, start_tito
+from helpers.fakes import FakeEngine
+from helpers.scripted import WEATHER_TOOLS
+from helpers.support import REPO, start_tito
 
 from tito.cli import main as cli_main
 from tito.cli.view import find_tokenizer, text_of

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from support import REPO, engine_log, start_mock, tokenizer_dir
+from helpers.support import REPO, engine_log, start_mock, tokenizer_dir
 
 ray = pytest.importorskip("ray", reason="needs Ray (pip install 'tito-gateway[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -121,7 +121,7 @@ def test_a_node_dying_mid_run_requeues_and_never_duplicates(cluster: Cluster, sl
 
 
 def test_external_gateways_by_url(cluster: Cluster, slow_mock: str, tmp_path: Path) -> None:
-    from support import start_gateway
+    from helpers.support import start_gateway
 
     gateway = start_gateway(slow_mock, tokenizer_dir("qwen3"), "qwen3")
     try:

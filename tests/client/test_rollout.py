@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from support import REPO
+from helpers.support import REPO
 
 from tito.cli import main as cli_main
 from tito.client.rollout import (
@@ -436,7 +436,7 @@ def test_rollout_v2_groups_the_leaves_of_a_branching_agent(
         qwen3_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     args = ["--engine", "mock", "--tokenizer", str(qwen3_dir), "--family", "qwen3",
-            "--agent", "branching_agent:run_agent", "--out", str(out), "--limit", "2",
+            "--agent", "helpers.branching_agent:run_agent", "--out", str(out), "--limit", "2",
             "--session-version", "v2"]
     code = cli_main(["rollout", *args])
     printed = capsys.readouterr().out

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from support import tokenizer_dir
+from helpers.support import tokenizer_dir
 
 from tito.engines.mock import MockConfig, MockEngine, MockModel
 from tito.net import AppServer, bind_tcp, url_of

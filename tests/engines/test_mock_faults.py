@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from support import start_mock, tokenizer_dir
+from helpers.support import start_mock, tokenizer_dir
 
 from tito.cli import mock_engine as cli
 from tito.engines.mock import FAULT_MODES, Fault, MockEngine, parse_directives, parse_fault

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, new_session
-from support import Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.config import ServerConfig
 from tito.engines.mock import MockConfig, MockEngine, MockModel

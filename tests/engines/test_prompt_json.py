@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
 
 from tito.engines.prompt_json import ENTRIES_PER_REQUEST, MIN_ENTRIES, PromptJson, prompt_key
 

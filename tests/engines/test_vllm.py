@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from support import Proc, start_gateway
-from vllm_support import MODEL_DIR, running_vllm
+from helpers.support import Proc, start_gateway
+from helpers.vllm_support import MODEL_DIR, running_vllm
 
 from tito.samples import decode_samples
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import miles_standins as fw
 import numpy as np
 import pytest
-from support import Proc, start_gateway, tokenizer_dir
+from helpers import miles_standins as fw
+from helpers.support import Proc, start_gateway, tokenizer_dir
 
 from tito.client.agent import REQUEST_FIELDS, generate
 from tito.client.tracer import CollectError, SessionTracer
@@ -49,7 +49,7 @@ def v2_gateway(qwen3_stack: tuple[Proc, Proc]) -> Iterator[Proc]:
 
 
 def args_for(url: str, agent: str, **extra: Any) -> Namespace:
-    return Namespace(tito_url=url, custom_agent_function_path=f"miles_standins.{agent}",
+    return Namespace(tito_url=url, custom_agent_function_path=f"helpers.miles_standins.{agent}",
                      **extra)
 
 
@@ -100,11 +100,11 @@ def test_add_arguments_keeps_flags_the_framework_defines() -> None:
 
 
 def test_agent_paths_in_every_form() -> None:
-    fn, abort = miles.load_agent_function("miles_standins.weather")
+    fn, abort = miles.load_agent_function("helpers.miles_standins.weather")
     assert fn is fw.weather and abort is fw.abort
-    assert miles.load_agent_function("miles_standins:silent")[0] is fw.silent
+    assert miles.load_agent_function("helpers.miles_standins:silent")[0] is fw.silent
     with pytest.raises(ValueError, match=r"--custom-agent-function-path.*has no attribute"):
-        miles.load_agent_function("miles_standins.nope")
+        miles.load_agent_function("helpers.miles_standins.nope")
     with pytest.raises(ValueError, match=r"module\.function"):
         miles.load_agent_function("weather")
 
@@ -206,7 +206,7 @@ def assert_same_data(got: fw.Sample, ours: Sample) -> None:
 # -- end to end: the legacy form on a v2 session -----------------------------------------
 async def test_legacy_form_v2_gives_a_list_sharing_the_rollout_id(v2_gateway: Proc) -> None:
     args = Namespace(tito_url=v2_gateway.url,
-                     custom_agent_function_path="branching_agent.run_agent")
+                     custom_agent_function_path="helpers.branching_agent.run_agent")
     sample = input_sample(index=11)
     got = await miles.generate_legacy(args, sample, dict(SAMPLING))
     assert isinstance(got, list) and len(got) == 2  # the two kept leaves

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import tokenizer_dir
+from helpers.support import tokenizer_dir
 
 from tito.render import TemplateRenderer, build_renderer
 from tito.render.families import family_module

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import tokenizer_dir
+from helpers.support import tokenizer_dir
 
 from tito.parse.base import stable_call_ids
 from tito.parse.stream import DeltaStream

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support import TOKENIZERS, tokenizer_dir
+from helpers.support import TOKENIZERS, tokenizer_dir
 
 from tito.render import TemplateRenderer, build_renderer
 from tito.render.families import FAMILIES, family_module

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, tokenizer_dir
+from helpers.support import REPO, tokenizer_dir
 
 from tito.cli import verify_template as verify_cli
 

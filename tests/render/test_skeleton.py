@@ -7,9 +7,9 @@ import functools
 from typing import Any
 
 import pytest
+from helpers.support import TOKENIZERS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import TOKENIZERS, examples
 
 from tito.render import FAMILIES, TemplateRenderer, build_renderer
 from tito.render.families import ALIASES, STANDIN, family_module

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
 
 from tito.samples import assemble, decode_samples, encode_samples, samples_identical
 from tito.types.records import TurnRecord, snapshot_ids

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import safetensors.numpy
-from fakes import ModelEngine
-from inproc import asgi_client, new_session
+from helpers.fakes import ModelEngine
+from helpers.inproc import asgi_client, new_session
 
 from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.support import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import examples
 
 from tito.render import TemplateRenderer, build_renderer
 from tito.samples.sample import Sample

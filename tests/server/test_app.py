@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, new_session, openai_for
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session, openai_for
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
@@ -158,7 +158,7 @@ async def test_bad_input_is_400_and_leaves_the_session_as_it_was(
 
 
 async def test_body_over_the_limit_is_413(make_gateway: Any) -> None:
-    from inproc import asgi_client
+    from helpers.inproc import asgi_client
 
     gateway = make_gateway(max_body_bytes=1000)
     async with asgi_client(gateway) as http:
@@ -222,7 +222,7 @@ async def test_collect_during_a_turn_gives_what_is_committed(make_gateway: Any,
                                                             version: str) -> None:
     """As the reference server does: a collector that gave up on its agent (its tracer
     collects, then deletes) gets the committed trajectory, marked turn_in_progress."""
-    from inproc import asgi_client
+    from helpers.inproc import asgi_client
 
     gateway = make_gateway(session_version=version)
     engine: FakeEngine = gateway.engine
@@ -260,7 +260,7 @@ async def test_deep_divergence_is_rollback_too_deep(client: httpx.AsyncClient) -
 
 
 async def test_context_length_is_checked_before_the_engine(make_gateway: Any) -> None:
-    from inproc import asgi_client
+    from helpers.inproc import asgi_client
 
     gateway: Gateway = make_gateway(context=16)
     async with asgi_client(gateway) as http:
@@ -355,7 +355,7 @@ async def test_integers_are_accepted_for_floats(client: httpx.AsyncClient) -> No
 
 async def test_health_reports_the_engine_down_as_503_degraded(gateway: Gateway,
                                                                engine: FakeEngine) -> None:
-    from inproc import asgi_client
+    from helpers.inproc import asgi_client
 
     engine.down = "connection refused"
     async with asgi_client(gateway) as http:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakes import FakeEngine
+from helpers.fakes import FakeEngine
 
 from tito.server.gateway import Gateway
 from tito.session import Session, TreeSession, turns

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from fakes import FakeEngine
+from helpers.fakes import FakeEngine
 
 from tito.net import AppServer, bind_tcp
 from tito.server.app import create_app

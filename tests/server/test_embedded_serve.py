@@ -7,7 +7,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from support import start_tito
+from helpers.support import start_tito
 
 from tito.samples import decode_samples
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from inproc import asgi_client, new_session
-from support import Proc, start_mock
+from helpers.inproc import asgi_client, new_session
+from helpers.support import Proc, start_mock
 
 from tito.config import ServerConfig
 from tito.engines.sglang import SGLangEngine

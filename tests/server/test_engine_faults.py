@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from inproc import asgi_client, new_session
+from helpers.inproc import asgi_client, new_session
 
 from tito.config import ServerConfig
 from tito.engines.mock import MockConfig, MockEngine, MockModel

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from inproc import asgi_client
+from helpers.inproc import asgi_client
 
 from tito import CollectError
 from tito.samples import decode_samples

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.render.families import family_module
 from tito.render.families.loaders import write_standin

@@ -39,10 +39,10 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 import pytest
-from fakes import FakeEngine
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from inproc import asgi_client, new_session
 
 from tito.client.rollout import sample_violations
 from tito.samples import decode_samples

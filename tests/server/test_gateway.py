@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from fakes import FakeEngine
+from helpers.fakes import FakeEngine
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway

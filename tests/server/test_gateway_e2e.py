@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from support import assert_tito_chain, engine_log, new_session
+from helpers.support import assert_tito_chain, engine_log, new_session
 
 from tito.samples import decode_samples
 

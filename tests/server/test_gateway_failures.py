@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import Proc, start_tito
+from helpers.support import Proc, start_tito
 
 from tito.samples import decode_samples
 

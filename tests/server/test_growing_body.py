@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
 
 from tito.server.api_state import ApiState
 from tito.server.growing_body import (

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import FakeEngine
-from inproc import new_session
+from helpers.fakes import FakeEngine
+from helpers.inproc import new_session
 
 from tito.net import AppServer, bind_tcp
 from tito.server.app import create_app

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, new_session
-from support import start_gateway, start_mock
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.support import start_gateway, start_mock
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway

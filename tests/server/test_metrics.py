@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client
-from inproc import new_session as inproc_session
-from support import Proc, new_session
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client
+from helpers.inproc import new_session as inproc_session
+from helpers.support import Proc, new_session
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
@@ -195,7 +195,7 @@ def test_the_grafana_dashboard_queries_metrics_the_gateway_exports(qwen3_dir: An
     import json
     import re
 
-    from support import REPO, start_gateway, start_mock
+    from helpers.support import REPO, start_gateway, start_mock
 
     dashboard = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]

@@ -60,7 +60,7 @@ async def test_a_big_request_does_not_block_other_sessions(
 
 
 async def test_max_prompt_tokens(make_gateway: Any) -> None:
-    from inproc import asgi_client, new_session
+    from helpers.inproc import asgi_client, new_session
 
     async with asgi_client(make_gateway(max_prompt_tokens=20)) as http:
         sid = await new_session(http)

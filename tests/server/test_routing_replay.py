@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from inproc import asgi_client, new_session
-from support import Proc, start_mock
+from helpers.inproc import asgi_client, new_session
+from helpers.support import Proc, start_mock
 
 from tito.config import ServerConfig
 from tito.engines.mock.replies import indexer_rows, routing_rows

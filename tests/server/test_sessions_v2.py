@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, new_session, openai_for
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session, openai_for
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
@@ -137,7 +137,7 @@ async def test_failed_engine_call_leaves_the_tree_as_it_was(v2: Callable[..., Ga
 
 
 async def test_custom_picker_keeps_retries(v2: Callable[..., Gateway]) -> None:
-    async with asgi_client(v2(sample_picker="v2_hooks:keep_all")) as http:
+    async with asgi_client(v2(sample_picker="helpers.v2_hooks:keep_all")) as http:
         sid = await new_session(http)
         a0 = await extend(http, sid, [user("u0")])
         await extend(http, sid, [user("u0"), a0, user("u1")])
@@ -158,9 +158,10 @@ async def test_custom_picker_keeps_retries(v2: Callable[..., Gateway]) -> None:
 
 
 @pytest.mark.parametrize(("picker", "message"), [
-    ("v2_hooks:broken", "picker=v2_hooks:broken, postprocessor=tito.samples.tree:train_once)"
-                        ": RuntimeError: picker bug"),
-    ("v2_hooks:copies", "must return a subset of its input samples"),
+    ("helpers.v2_hooks:broken", "picker=helpers.v2_hooks:broken, "
+                                "postprocessor=tito.samples.tree:train_once): RuntimeError: "
+                                "picker bug"),
+    ("helpers.v2_hooks:copies", "must return a subset of its input samples"),
 ])
 async def test_hook_failures_are_422(v2: Callable[..., Gateway], picker: str,
                                      message: str) -> None:

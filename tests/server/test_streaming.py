@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from inproc import asgi_client
-from scripted import WEATHER_TOOLS, weather_agent
-from scripted_claude import run_claude
-from support import (
+from helpers.inproc import asgi_client
+from helpers.scripted import WEATHER_TOOLS, weather_agent
+from helpers.scripted_claude import run_claude
+from helpers.support import (
     Proc,
     bare_sample,
     new_session,

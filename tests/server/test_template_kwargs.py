@@ -5,9 +5,9 @@ reports no false mismatch."""
 from __future__ import annotations
 
 import pytest
-from fakes import ModelEngine
-from inproc import asgi_client, new_session
-from support import tokenizer_dir
+from helpers.fakes import ModelEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.support import tokenizer_dir
 
 from tito.config import ServerConfig
 from tito.render import build_renderer

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inproc import asgi_client, new_session
+from helpers.inproc import asgi_client, new_session
 
 from tito.render import build_renderer
 from tito.session.linear import LinearSession

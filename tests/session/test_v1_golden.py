@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from fakes import ModelEngine
-from inproc import asgi_client, new_session
-from scripted import WEATHER_TOOLS, first_turn_retry, length_cut, weather_agent
+from helpers.fakes import ModelEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.scripted import WEATHER_TOOLS, first_turn_retry, length_cut, weather_agent
 
 from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import ModelEngine
-from inproc import asgi_client, new_session
-from scripted import WEATHER_TOOLS, WEATHER_TREE, first_turn_retry, weather_agent
+from helpers.fakes import ModelEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.scripted import WEATHER_TOOLS, WEATHER_TREE, first_turn_retry, weather_agent
 
 from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer
@@ -138,7 +138,7 @@ async def test_parity_through_real_processes(qwen3_dir: Path,
                                              qwen3_stack: tuple[Any, Any]) -> None:
     """The same check from outside: `tito mock-engine`, `tito serve` v1 (the shared stack)
     and `tito serve --session-version v2`, the openai SDK over loopback HTTP."""
-    from support import start_gateway
+    from helpers.support import start_gateway
 
     engine, v1_gateway = qwen3_stack
     v2_gateway = start_gateway(engine.url, qwen3_dir, "qwen3", "--session-version", "v2")

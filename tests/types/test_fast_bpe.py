@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import tokenizers
+from helpers.support import tokenizer_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import tokenizer_dir
 
 from tito.types.fast_bpe import FastCodec, added_token_splitter, fast_codec
 from tito.types.tokenizer import load_tokenizer

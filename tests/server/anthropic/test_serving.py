@@ -11,9 +11,9 @@ import anthropic
 import httpx
 import openai
 import pytest
-from scripted import WEATHER_TOOLS
-from scripted_claude import USER_TURNS, blocks, claude, run_claude
-from support import assert_tito_chain, bare_sample, engine_log, new_session
+from helpers.scripted import WEATHER_TOOLS
+from helpers.scripted_claude import USER_TURNS, blocks, claude, run_claude
+from helpers.support import assert_tito_chain, bare_sample, engine_log, new_session
 
 from tito.samples.sample import samples_identical
 

@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, openai_for
-from inproc import new_session as new_inproc_session
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, openai_for
+from helpers.inproc import new_session as new_inproc_session
+from helpers.scripted import WEATHER_TOOLS
+from helpers.support import assert_tito_chain, engine_log, new_session
 from openai.types.responses import Response
-from scripted import WEATHER_TOOLS
-from support import assert_tito_chain, engine_log, new_session
 
 from tito.samples import decode_samples
 from tito.samples.sample import Sample, samples_identical

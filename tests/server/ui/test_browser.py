@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import REPO, Proc, start_gateway, start_mock
+from helpers.support import REPO, Proc, start_gateway, start_mock
 
 from tito.samples import decode_samples
 from tito.types.tokenizer import load_tokenizer

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from fakes import FakeEngine
-from inproc import asgi_client, new_session
-from scripted import WEATHER_TOOLS
+from helpers.fakes import FakeEngine
+from helpers.inproc import asgi_client, new_session
+from helpers.scripted import WEATHER_TOOLS
 
 from tito.render.base import TemplateRenderer
 from tito.samples import Sample, decode_samples

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-from scripted import WEATHER_TOOLS
+
+from helpers.scripted import WEATHER_TOOLS
 
 TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
           "input_schema": t["function"]["parameters"]} for t in WEATHER_TOOLS]

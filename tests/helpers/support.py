@@ -19,7 +19,7 @@ from tito import launch
 from tito.launch import ServerProcess, start_server, tito_command
 from tito.samples import Sample, decode_samples
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("TITO_SHARED_DIR", REPO.parent / "shared"))
 TOKENIZERS = SHARED / "fixtures" / "tokenizers"
 

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from support import REPO
 
+from helpers.support import REPO
 from tito.net import bind_tcp, url_of
 
 MODEL_DIR = Path(os.environ.get("TITO_VLLM_MODEL_DIR",

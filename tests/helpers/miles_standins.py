@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import numpy as np
 import openai
-from scripted import WEATHER_TOOLS, weather_agent
+
+from helpers.scripted import WEATHER_TOOLS, weather_agent
 
 
 @dataclass
