@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = []
     for turns in args.turns:
         seq = route.conversation(turns, args.chars)
-        state: dict[str, Any] = {}
+        state = ApiState()
         for body, _ in seq:  # both ways decode to the same
             assert route.decode(body, state) == route.decode(body, None)
         whole, grown = [], []
