@@ -44,6 +44,10 @@ class Describer:
             "max_trim_tokens": renderer.max_trailing_trim,
             "instance_id": self.instance_id,
         }
+        notes = [{"turn": k, **rec.request["notes"]} for k, rec in enumerate(records)
+                 if rec.request.get("notes")]
+        if notes:
+            meta["tito_turn_notes"] = notes
         kwargs = records[-1].request.get("chat_template_kwargs") if records else None
         try:
             meta["tito_session_mismatch"] = mismatch_report(

@@ -147,6 +147,8 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
     }
     if plan.request.template_kwargs:
         request_facts["chat_template_kwargs"] = plan.request.template_kwargs
+    if plan.request.notes:
+        request_facts["notes"] = plan.request.notes
     record = TurnRecord(
         turn=plan.keep_records,
         drop=plan.drop,

@@ -26,6 +26,11 @@ class TurnRequest:
     """The session's messages (a copy taken when the request arrived) that ``messages``
     was checked to start with, equal message for message: while they are still the
     session's messages, its planning need not compare them again."""
+    notes: dict[str, Any] | None = None
+    """What the API layer did to the request that a trainer should know (tools left out,
+    images replaced, a constraint not applied...): kept in the turn's record
+    (``request.notes``) and listed in the samples' metadata (``tito_turn_notes``). JSON
+    values only."""
 
 
 @dataclass(slots=True)
