@@ -43,6 +43,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                          ["--tokenizer is not used with --engine embedded"]),
     "pause_mode": ({"pause_generation_mode": "freeze"},
                    ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
+    "hosted_tools": ({"hosted_tools": "ignore"}, ["--hosted-tools 'ignore'", "drop, error"]),
+    "images": ({"images": "drop"}, ["--images 'drop'", "reject, placeholder"]),
     "routing_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
                                "routing_replay": True}, ["--routing-replay", "embedded"]),
     "indexer_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",

@@ -26,6 +26,11 @@ REMOTE_ENGINES = ("sglang", "vllm")
 """embedded: SmolLM2 in this process; sglang: a server at ``engine_url``; mock: a
 ``tito mock-engine`` child process started by the stack (``tito rollout``, the demo)."""
 PAUSE_MODES = ("retract", "abort", "in_place")
+HOSTED_TOOLS = ("drop", "error")
+"""What a request's hosted tools (``web_search``, file search, computer use, MCP servers:
+tools the gateway cannot run) become: left out of the render and noted, or a 400."""
+IMAGES = ("reject", "placeholder")
+"""What an image in a request becomes: a 400 naming it, or a fixed text marker."""
 
 
 @dataclass
@@ -93,6 +98,12 @@ class ServerConfig:
     ``config.json`` in the tokenizer folder)."""
     lora_name: str | None = None
     """LoRA adapter name put on every engine request (SGLang ``lora_path``)."""
+    hosted_tools: str = "drop"
+    """``drop``: hosted tools are left out of the render, noted in the turn
+    (``tito_turn_notes``) and logged once per session; ``error``: 400 ``unsupported_tool``."""
+    images: str = "reject"
+    """``reject``: an image in a request is 400 ``unsupported_content``; ``placeholder``:
+    each image is rendered as a fixed text marker (noted in the turn)."""
     partial_rollout: bool = False
     """Partial rollout (a trajectory resumed across rollout steps): never supported with
     sessions; present so that a caller asking for it is told so."""
@@ -192,6 +203,11 @@ RULES: tuple[Rule, ...] = (
     Rule("pause_mode", lambda c: c.pause_generation_mode not in PAUSE_MODES,
          lambda c: f"--pause-generation-mode {c.pause_generation_mode!r} is not a pause mode; "
                    f"use one of {', '.join(PAUSE_MODES)}"),
+    Rule("hosted_tools", lambda c: c.hosted_tools not in HOSTED_TOOLS,
+         lambda c: f"--hosted-tools {c.hosted_tools!r} is not a choice; use one of "
+                   f"{', '.join(HOSTED_TOOLS)}"),
+    Rule("images", lambda c: c.images not in IMAGES,
+         lambda c: f"--images {c.images!r} is not a choice; use one of {', '.join(IMAGES)}"),
     Rule("routing_replay_engine", lambda c: c.routing_replay and c.engine == "embedded",
          lambda c: "--routing-replay needs an MoE engine that reports routed experts "
                    "(--engine sglang, or the mock with --enable-return-routed-experts); the "

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from tito.config import ServerConfig
+from tito.config import HOSTED_TOOLS, IMAGES, ServerConfig
 from tito.heap import freeze_startup_heap, one_malloc_arena, tune_for_serving
 from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
@@ -137,6 +137,14 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                         "model's config.json in the --tokenizer folder)")
     p.add_argument("--lora-name", default=None, metavar="NAME",
                    help="LoRA adapter name put on every engine request (SGLang lora_path)")
+    p.add_argument("--hosted-tools", default="drop", choices=list(HOSTED_TOOLS),
+                   help="hosted tools in a request (web_search, file search, computer use, "
+                        "MCP servers: tools the gateway cannot run): drop leaves them out of "
+                        "the render and notes it in the samples; error refuses the request")
+    p.add_argument("--images", default="reject", choices=list(IMAGES),
+                   help="images in a request: reject (400); placeholder renders each as a "
+                        "fixed text marker, noted in the samples (a text model's rollout "
+                        "survives)")
     p.add_argument("--partial-rollout", action="store_true",
                    help="refused: partial rollout is not supported with sessions (any "
                         "version); accepted only to say so")
@@ -149,7 +157,8 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "pause_generation_mode": args.pause_generation_mode,
             "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
             "indexer_replay": args.indexer_replay,
-            "lora_name": args.lora_name, "partial_rollout": args.partial_rollout}
+            "lora_name": args.lora_name, "partial_rollout": args.partial_rollout,
+            "hosted_tools": args.hosted_tools, "images": args.images}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
