@@ -31,6 +31,8 @@ class ApiState:
     """The last valid Responses body (with its whole conversation as input)."""
     responses: ResponseHistory | None = None
     """Responses that ``previous_response_id`` can continue (made at the first one)."""
+    hosted_warned: set[str] = field(default_factory=set)
+    """Hosted tools already logged as left out (one warning per session and tool)."""
 
     @staticmethod
     def of(session: Session) -> ApiState:
