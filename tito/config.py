@@ -50,7 +50,8 @@ class ServerConfig:
     chat_template: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
-    message_matcher: str = "strict"
+    message_matcher: str = "harness"
+    """How a replayed message is found to be the stored one (design §5.3)."""
     session_version: str = "v1"
     max_rollback: int | None = None
     """v1: generated turns one request may abandon (None: 1)."""

@@ -149,15 +149,36 @@ def test_loose_matcher_accepts_reserialized_arguments(renderer: TemplateRenderer
     assert s.messages[1] is not replay and s.messages[1] == a1  # stored stays authoritative
 
 
-def test_strict_matcher_rolls_back_on_reserialized_arguments(renderer: TemplateRenderer) -> None:
+def test_strict_matcher_refuses_to_discard_a_reply_the_client_rewrote(
+        renderer: TemplateRenderer) -> None:
+    """Under strict, re-dumped arguments make the echoed reply another message; the
+    request goes on after it, so extending would discard the model's turn silently: 400
+    ``history_rewritten`` naming the message and the field, the session as it was."""
     s = LinearSession("s", renderer, strict)
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
     a1 = generate(s, [U1], {"role": "assistant", "content": "", "tool_calls": [call]})
     replay = copy.deepcopy(a1)
     replay["tool_calls"][0]["function"]["arguments"] = '{"a":1}'
-    generate(s, [U1, replay, {"role": "tool", "content": "3"}],
-             {"role": "assistant", "content": "3"})
-    assert len(s.records) == 1  # treated as a retry of turn 1 from scratch
+    before = (list(s.messages), len(s.records), s.snapshot.view().copy())
+    with pytest.raises(BadRequest, match=r"messages\[1\] is not the reply.*"
+                       r"tool_calls\[0\].function.arguments") as info:
+        s.plan(TurnRequest([U1, replay, {"role": "tool", "content": "3"}]))
+    assert info.value.code == "history_rewritten"
+    assert "--session-version v2" in info.value.message
+    assert (s.messages, len(s.records)) == before[:2] and not s.in_flight
+    assert np.array_equal(s.snapshot.view(), before[2])
+
+
+def test_a_retry_that_discards_a_turn_says_where_it_left_the_path(
+        renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    a1 = generate(s, [U1], {"role": "assistant", "content": "hi"})
+    generate(s, [U1, a1, U2], {"role": "assistant", "content": "first try"})
+    generate(s, [U1, a1, U2], {"role": "assistant", "content": "second try"})
+    assert len(s.records) == 2
+    assert s.records[1].request["divergence"] == {"discarded": 1, "message": 3,
+                                                  "role": None, "fields": []}
+    assert "divergence" not in s.records[0].request
 
 
 def test_empty_messages_and_bad_role(renderer: TemplateRenderer) -> None:
@@ -267,3 +288,71 @@ def test_a_family_with_a_trailing_trim_keeps_its_own_ids() -> None:
     assert s.records[0].output_ids.tolist() == first  # its stop id, trimmed in the snapshot
     assert s.snapshot.view().tolist() == snapshot_ids(s.records).tolist()
     assert s.ids_nbytes == sum(r.bridge_ids.nbytes + r.output_ids.nbytes for r in s.records)
+
+
+# -- harness replay: tolerated differences, render changes --------------------------------
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+OTHER = {"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {}}}}
+
+
+def with_tools(session: LinearSession, messages: list[dict], reply: dict,
+               tools: list[dict] | None, kwargs: dict | None = None) -> dict:
+    plan = session.plan(TurnRequest(messages=messages, tools=tools, template_kwargs=kwargs))
+    out = session.renderer.render_completion(reply)
+    result = GenerateResult(output_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")
+    message = session.renderer.parse(out, "stop").to_message()
+    session.commit(plan, result, check_output(result, session.renderer.tokenizer.vocab_size),
+                   message)
+    return message
+
+
+def test_a_harness_that_drops_the_reasoning_keeps_every_turn(
+        renderer: TemplateRenderer) -> None:
+    from tito.session.matchers import harness_matcher
+
+    s = LinearSession("s", renderer, harness_matcher(renderer.renders_call_ids()))
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    a1 = generate(s, [U1], {"role": "assistant", "content": "", "reasoning_content": "look",
+                            "tool_calls": [call]})
+    echoed = {"role": "assistant", "content": None, "tool_calls": [
+        {**call, "id": "call_x", "function": {"name": "get_weather",
+                                              "arguments": '{"city":"Paris"}'}}]}
+    a2 = generate(s, [U1, echoed, {"role": "tool", "tool_call_id": "call_x", "content": "21"}],
+                  {"role": "assistant", "content": "21", "reasoning_content": "done"})
+    generate(s, [U1, echoed, {"role": "tool", "tool_call_id": "call_x", "content": "21"},
+                 {"role": "assistant", "content": "21"}, U2],
+             {"role": "assistant", "content": "ok"})
+    assert len(s.records) == 3 and s.messages[1] is a1 and s.messages[3] is a2  # stored wins
+    assert s.records[1].request["tolerated"] == {
+        "reasoning_dropped": 1, "arguments_reformatted": 1, "call_id_changed": 1}
+    assert s.records[2].request["tolerated"] == {"reasoning_dropped": 1}  # only the new one
+    assert "tolerated" not in s.records[0].request and "divergence" not in s.records[2].request
+    assert np.array_equal(s.snapshot.view(), snapshot_ids(s.records))
+
+
+def test_changed_tools_or_options_are_refused_in_v1(renderer: TemplateRenderer) -> None:
+    s = LinearSession("s", renderer, strict)
+    a1 = with_tools(s, [U1], {"role": "assistant", "content": "hi"}, [TOOL], {"x": 1})
+    before = state(s)
+    with pytest.raises(BadRequest, match=r"tools \(1 -> 2: added search\)") as info:
+        s.plan(TurnRequest([U1, a1, U2], tools=[TOOL, OTHER]))
+    assert info.value.code == "render_changed" and "--session-version v2" in info.value.message
+    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(x\)"):
+        s.plan(TurnRequest([U1, a1, U2], tools=[TOOL], template_kwargs={"x": 2}))
+    assert state(s) == before
+    # left out: the recorded ones stay; the thinking switch is per turn
+    with_tools(s, [U1, a1, U2], {"role": "assistant", "content": "ok"}, None,
+               {"enable_thinking": False})
+    assert s.tools == [TOOL] and len(s.records) == 2
+
+
+def test_v1_still_rolls_back_a_retry_with_other_tools(renderer: TemplateRenderer) -> None:
+    """A re-sent first turn re-renders from scratch: its tools may change."""
+    s = LinearSession("s", renderer, strict)
+    with_tools(s, [U1], {"role": "assistant", "content": "hi"}, [TOOL])
+    with_tools(s, [U1], {"role": "assistant", "content": "hello"}, [TOOL, OTHER])
+    assert len(s.records) == 1 and s.tools == [TOOL, OTHER]
+    assert s.records[0].request["divergence"]["discarded"] == 1

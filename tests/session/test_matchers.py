@@ -91,3 +91,75 @@ def test_resolve_builtin_and_dotted(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve_matcher("user_matchers_mod:asyncm")
     with pytest.raises(ConfigError, match="cannot load"):
         resolve_matcher("no_such_module_xyz:f")
+
+
+# -- the harness matcher ----------------------------------------------------------------
+THINKING = msg("It is 21°C.", reasoning_content="The tool said 21.")
+CALLING = msg("", reasoning_content="Call it.", tool_calls=[call('{"city": "Paris"}')])
+
+HARNESS_CASES = [
+    # (stored, replayed, what is tolerated (None: not the same message))
+    (THINKING, THINKING, []),
+    (THINKING, msg("It is 21°C."), ["reasoning_dropped"]),
+    (THINKING, msg("It is 21°C.", reasoning_content=None), ["reasoning_dropped"]),
+    (THINKING, msg("<think>\nThe tool said 21.\n</think>\n\nIt is 21°C."),
+     ["reasoning_in_content"]),
+    (THINKING, msg("<think>Something else</think>It is 21°C."), None),
+    (THINKING, msg("It is 22°C."), None),
+    (THINKING, msg("It is 21°C.", reasoning_content="Other reasoning."), None),
+    (CALLING, msg(None, tool_calls=[call('{"city":"Paris"}')]),
+     ["reasoning_dropped", "arguments_reformatted"]),
+    (CALLING, msg("", reasoning_content="Call it.",
+                  tool_calls=[{**call('{"city": "Paris"}'), "id": "call_9"}]),
+     ["call_id_changed"]),
+    (CALLING, msg("", reasoning_content="Call it.",
+                  tool_calls=[{k: v for k, v in call('{"city": "Paris"}').items()
+                               if k != "type"}]), []),
+    (CALLING, msg("", reasoning_content="Call it.", tool_calls=[call('{"city": "Rome"}')]),
+     None),
+    (CALLING, msg("Action: f(city=Paris)"), None),
+    (msg("a"), {"role": "user", "content": "a"}, None),
+]
+
+
+@pytest.mark.parametrize("stored,replayed,kinds", HARNESS_CASES)
+def test_the_harness_matcher_names_what_it_tolerates(stored: dict, replayed: dict,
+                                                      kinds: list[str] | None) -> None:
+    from tito.session.matchers import harness_matcher, tolerated
+
+    found = tolerated(stored, replayed, call_ids_rendered=False)
+    assert (sorted(found) if found is not None else None) == \
+        (sorted(kinds) if kinds is not None else None)
+    assert harness_matcher(False)(stored, replayed) is (kinds is not None)
+    # a family that renders call ids keeps them; everything else alike
+    with_ids = tolerated(stored, replayed, call_ids_rendered=True)
+    assert with_ids == (None if kinds is None or "call_id_changed" in kinds else found)
+
+
+@pytest.mark.parametrize("stored,replayed,s,lo,rc", CASES)
+def test_harness_contains_loose_tool_call(stored: dict, replayed: dict, s: bool, lo: bool,
+                                          rc: bool) -> None:
+    from tito.session.matchers import harness
+
+    assert not lo or harness(stored, replayed)
+
+
+def test_differing_fields_name_the_message_fields() -> None:
+    from tito.session.matchers import differing_fields
+
+    assert differing_fields(CALLING, CALLING) == []
+    assert differing_fields(CALLING, msg("Action: f")) == [
+        "content", "reasoning_content", "tool_calls"]
+    assert differing_fields(CALLING, msg("", reasoning_content="Call it.", tool_calls=[
+        {**call('{"city":"Paris"}'), "id": "c9"}])) == [
+        "tool_calls[0].function.arguments", "tool_calls[0].id"]
+
+
+def test_harness_is_the_default_and_knows_the_family() -> None:
+    from tito.config import ServerConfig
+    from tito.session.matchers import DEFAULT, harness
+
+    assert ServerConfig(tokenizer="").message_matcher == DEFAULT == "harness"
+    assert resolve_matcher("harness") is harness
+    assert getattr(resolve_matcher("harness", call_ids_rendered=False),
+                   "call_ids_rendered") is False

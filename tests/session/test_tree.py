@@ -211,3 +211,17 @@ def test_prompt_ids_are_the_parent_snapshot_plus_the_bridge(renderer: TemplateRe
     assert plan.parent == 1
     assert np.array_equal(plan.prompt_ids[: len(parent_ids)], parent_ids)
     s.release(plan)
+
+
+def test_changed_tools_start_a_new_root(renderer: TemplateRenderer) -> None:
+    tool = {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}
+    more = {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}}
+    s = TreeSession("s", renderer, strict)
+    first = [user("one")]
+    finish(s, s.plan(TurnRequest(list(first), tools=[tool])), "hi")
+    reply = s.messages[-1]
+    finish(s, s.plan(TurnRequest([*first, reply, user("two")], tools=[tool, more])), "ok")
+    assert [n.parent for n in s.nodes] == [None, None]  # a new root, not a child
+    finish(s, s.plan(TurnRequest([*first, reply, user("two"), s.messages[-1],
+                                  user("three")])), "fine")
+    assert [n.parent for n in s.nodes] == [None, None, 1]  # tools left out: the recorded

@@ -231,6 +231,12 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
     table.add_row("collect failures (aborted)", count(s.collect_failures, True))
     table.add_row("TITO invariant violations", count(s.tito_violations, True))
     table.add_row("strict mismatches", count(s.strict_mismatches, True))
+    if s.discarded_turns:
+        table.add_row("discarded turns", f"[yellow]{s.discarded_turns}[/] (retries or "
+                                         "rollbacks: see tito_discarded_turns)")
+    if any(s.tolerated.values()):
+        table.add_row("tolerated replay differences",
+                      ", ".join(f"{k} {v}" for k, v in sorted(s.tolerated.items()) if v))
     if s.mixed_version_samples:
         table.add_row("mixed weight versions", f"{s.mixed_version_samples} samples "
                                                f"({s.mixed_version_share:.1%})")

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a chat template file (only with --family default)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free)")
-    p.add_argument("--message-matcher", default="strict",
+    p.add_argument("--message-matcher", default="harness",
                    help=f"replay matcher: {', '.join(BUILTIN)}, or a trusted "
                         "module:function path")
     add_session_arguments(p)

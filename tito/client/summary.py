@@ -44,6 +44,11 @@ class RolloutSummary:
     empty_samples: int = 0
     tito_violations: int = 0
     strict_mismatches: int = 0
+    discarded_turns: int = 0
+    """Generated turns a request discarded (a v1 rollback, a retry), as the samples'
+    ``tito_discarded_turns`` report them."""
+    tolerated: dict[str, int] = field(default_factory=dict)
+    """Differences the ``harness`` matcher tolerated in echoed messages, by kind."""
     mismatches_by_type: dict[str, int] = field(default_factory=dict)
     mismatch_check_errors: int = 0
     mixed_version_samples: int = 0
@@ -93,6 +98,17 @@ def _count_trajectory(s: RolloutSummary, traj: TrajectoryResult) -> None:
         s.dropped_leaves += max(traj.leaves - len(traj.samples), 0)
 
 
+def _count_replay(s: RolloutSummary, meta: dict[str, Any]) -> None:
+    """Discarded turns and tolerated differences of one sample's path."""
+    for item in meta.get("tito_discarded_turns") or []:
+        if isinstance(item, dict):
+            s.discarded_turns += int(item.get("discarded") or 0)
+    for item in meta.get("tito_tolerated") or []:
+        for kind, count in item.items() if isinstance(item, dict) else ():
+            if kind != "turn" and isinstance(count, int):
+                s.tolerated[kind] = s.tolerated.get(kind, 0) + count
+
+
 def summarize(result: RolloutResult) -> RolloutSummary:
     """Count everything the table and ``summary.json`` show."""
     s = RolloutSummary(trajectories=result.requested, cancelled=result.cancelled,
@@ -128,6 +144,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
             if isinstance(item, dict) and item.get("type") in by_type:
                 by_type[item["type"]] += 1
         s.strict_mismatches += len(strict_mismatches(sample))
+        _count_replay(s, meta)
         s.mixed_version_samples += _mixed_versions(sample)
         problems = sample_violations(sample)
         s.tito_violations += len(problems)

@@ -246,6 +246,25 @@ class TemplateRenderer:
                                 add_generation_prompt=True)
         return self.tokenizer.encode(text)
 
+    def renders_call_ids(self) -> bool:
+        """Whether the template puts tool-call ids in the text (then a replayed message
+        with other ids is another message): two renders of one call under two ids are
+        compared. A template that fails on the probe counts as rendering them."""
+        texts = set()
+        for call_id in ("abcdefghi", "jklmnopqr"):  # nine alphanumerics: Mistral's form
+            call = {"id": call_id, "type": "function",
+                    "function": {"name": "probe", "arguments": "{}"}}
+            messages: list[Message] = [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call_id, "content": "y"}]
+            try:
+                texts.add(self.render_text(messages, tools=None, template_kwargs=None,
+                                           add_generation_prompt=True))
+            except Exception:
+                return True
+        return len(texts) > 1
+
     def _dummy_assistant(self, previous: Message | None) -> Message:
         dummy: Message = {"role": "assistant", "content": "", "reasoning_content": " "}
         if previous and previous.get("tool_calls"):

@@ -84,14 +84,19 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
                  ) -> list[Sample]:
     """The default picker: drop the leaves retries superseded.
 
-    A leaf with a later sibling (a child of the same parent committed after it) is an
-    abandoned attempt: the agent re-sent the request and went on from the new branch.
+    A leaf with a later sibling (a child of the same parent committed after it) whose
+    path holds no more messages is an abandoned attempt: the agent re-sent the request and
+    went on from the new branch. A later sibling with more messages went on after a
+    rewritten copy of the leaf's reply (a harness that edits the model's replies): it
+    supersedes nothing, and both are kept.
     A root leaf is superseded by a later root with the same first prompt (a re-sent
     first turn); a later root with another prompt is another conversation (a
     sub-agent) and supersedes nothing. Deep abandoned lines have no later sibling at
     their leaf and are kept: they are data. Output: deeper path first, then later commit.
     """
-    parents = {node["id"]: node["parent"] for node in session_metadata["tree"]["nodes"]}
+    nodes = session_metadata["tree"]["nodes"]
+    parents = {node["id"]: node["parent"] for node in nodes}
+    lengths = {node["id"]: node.get("path_messages", 0) for node in nodes}
     children: dict[int | None, list[int]] = {}
     for node_id, parent in parents.items():
         children.setdefault(parent, []).append(node_id)
@@ -103,7 +108,7 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
         node_id, parent = int(leaf["node_id"]), leaf["parent"]
         later = [n for n in children.get(parent, []) if n > node_id]
         if parent is not None:
-            return bool(later)
+            return any(lengths[n] <= lengths[node_id] for n in later)
         prompt = sample.tokens[: sample.prompt_length]
         return any(n in root_prompts and np.array_equal(root_prompts[n], prompt)
                    for n in later)

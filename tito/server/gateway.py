@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import time
 import uuid
@@ -51,6 +52,7 @@ from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.placement import worker_of
 from tito.types.records import TurnRecord
 
+log = logging.getLogger("tito.server")
 WORKERS = min(4, os.cpu_count() or 1)
 """Threads for CPU work of big requests (rendering, validation, parsing, samples)."""
 DEFAULT_PICKER = "tito.samples.tree:drop_retries"
@@ -91,7 +93,9 @@ class Gateway:
         self.config = config
         self.renderer = renderer
         self.engine = engine
-        self.matcher = resolve_matcher(config.message_matcher)
+        self.matcher = resolve_matcher(
+            config.message_matcher,
+            call_ids_rendered=config.message_matcher != "harness" or renderer.renders_call_ids())
         names = (config.sample_picker or DEFAULT_PICKER,
                  config.sample_postprocessor or DEFAULT_POSTPROCESSOR)
         self.hooks = Hooks(load_function(names[0], "--sample-picker"),
@@ -316,6 +320,11 @@ class Gateway:
         metrics.inc("bridge_tokens_total", len(plan.bridge_ids))
         if plan.rolled_back:
             metrics.inc("rollbacks_total")
+        if plan.divergence is not None:
+            metrics.inc("discarded_turns_total", plan.divergence["discarded"])
+            log_discarded(turn.rid, plan.divergence)
+        if plan.tolerated:
+            metrics.tolerate(plan.tolerated)
         metrics.turn(latency=now - turn.started - turn.held, engine=engine,
                      overhead=now - turn.started - turn.held - engine,
                      prompt=len(plan.prompt_ids), bridge=len(plan.bridge_ids),
@@ -339,3 +348,12 @@ class Gateway:
         except asyncio.CancelledError:
             await task
             raise
+
+
+def log_discarded(rid: str, divergence: dict[str, Any]) -> None:
+    """One line per turn that discards generated turns: where the request left the path."""
+    where = f"message {divergence['message']}"
+    fields = divergence.get("fields")
+    log.warning("%s discarded %d generated turn(s): the request left the stored path at %s "
+                "(%s)", rid, divergence["discarded"], where,
+                f"{', '.join(fields)} differ" if fields else "the request ends there: a retry")

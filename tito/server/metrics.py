@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tito.session.matchers import TOLERATED_KINDS
 from tito.types.mismatch import MISMATCH_TYPES
 
 SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -74,6 +75,7 @@ class Metrics:
         self.counters: Counter[str] = Counter()
         self.errors: Counter[tuple[int, str, str]] = Counter()
         self.mismatches: Counter[str] = Counter(dict.fromkeys(MISMATCH_TYPES, 0))
+        self.tolerated: Counter[str] = Counter(dict.fromkeys(TOLERATED_KINDS, 0))
         """Every class from the start (at 0), so a dashboard's rate() has a series."""
         self.turn_latency = Histogram(
             "tito_turn_latency_seconds", "Turn time in the gateway: from the parsed request "
@@ -127,6 +129,10 @@ class Metrics:
         for histogram, values in zip(self.histograms, columns, strict=True):
             histogram.observe_many(values[~np.isnan(values)])
 
+    def tolerate(self, kinds: dict[str, int]) -> None:
+        """Differences the ``harness`` matcher tolerated in a turn's echoed messages."""
+        self.tolerated.update(kinds)
+
     def mismatch(self, kinds: Sequence[str]) -> None:
         """Entries of an assembled sample's ``tito_session_mismatch`` report, by type."""
         self.mismatches.update(kinds)
@@ -142,6 +148,9 @@ class Metrics:
         for (status, code, route), value in sorted(self.errors.items()):
             lines.append(f'tito_errors_total{{status="{status}",code="{_label(code)}",'
                          f'route="{_label(route)}"}} {value}')
+        lines.append("# TYPE tito_tolerated_total counter")
+        for kind, value in sorted(self.tolerated.items()):
+            lines.append(f'tito_tolerated_total{{kind="{_label(kind)}"}} {value}')
         lines.append("# TYPE tito_mismatches_total counter")
         for kind, value in sorted(self.mismatches.items()):
             lines.append(f'tito_mismatches_total{{type="{_label(kind)}"}} {value}')

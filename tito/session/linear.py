@@ -23,15 +23,18 @@ from tito.render.base import TemplateRenderer
 from tito.session.base import SessionBase, StoredBytes
 from tito.session.collect import LinearCollection
 from tito.session.idbuffer import IdBuffer
-from tito.session.matchers import Matcher
+from tito.session.matchers import Matcher, differing_fields
+from tito.session.options import options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
+    divergence,
     extend_in_place,
     extended_snapshot,
     extension,
     first_turn,
     match_len,
+    tolerated_counts,
 )
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
@@ -90,23 +93,64 @@ class LinearSession(SessionBase):
         else:
             matched = match_len(self.matcher, self.messages, messages, exact=self._exact)
         if matched == len(self.messages):
-            target = len(self.records) - 1  # plain extension (or exact resend)
-        else:
-            target = -1
-            for k, end in enumerate(self.checkpoint_ends):
-                if end <= matched:
-                    target = k
-            discard = len(self.records) - (target + 1)
-            if discard > self.max_rollback:
-                raise BadRequest(
-                    f"rollback too deep: discard_count={discard} exceeds the limit of "
-                    f"{self.max_rollback} generated turn(s) (--max-rollback; stored has "
-                    f"{len(self.messages)} messages, request has {len(messages)} messages; "
-                    f"first difference at message {matched})",
-                    code="rollback_too_deep",
-                )
-            if target < 0:
-                return first_turn(self.renderer, request, rolled_back=discard)
+            plan = self._extend(request, len(self.records) - 1)
+            if prefix is None or prefix is not self.messages:  # echoed messages compared
+                start = self.checkpoint_ends[-2] if len(self.records) > 1 else 0
+                plan.tolerated = tolerated_counts(self.matcher, self.messages, messages,
+                                                  start, matched)
+            return plan
+        target = self._rollback_target(messages, matched)
+        discard = len(self.records) - (target + 1)
+        plan = first_turn(self.renderer, request, rolled_back=discard) if target < 0 else \
+            self._extend(request, target)
+        plan.divergence = {"discarded": discard,
+                           **divergence(self.messages, messages, matched)}
+        return plan
+
+    def _rollback_target(self, messages: list[Message], matched: int) -> int:
+        """The last record the request keeps when it leaves the stored path at message
+        ``matched`` (-1: none). Refused: a rollback deeper than ``--max-rollback``, and a
+        request that goes on after a rewritten copy of the model's last reply (it would
+        discard that reply every turn)."""
+        target = -1
+        for k, end in enumerate(self.checkpoint_ends):
+            if end <= matched:
+                target = k
+        discard = len(self.records) - (target + 1)
+        if discard > self.max_rollback:
+            raise BadRequest(
+                f"rollback too deep: discard_count={discard} exceeds the limit of "
+                f"{self.max_rollback} generated turn(s) (--max-rollback; stored has "
+                f"{len(self.messages)} messages, request has {len(messages)} messages; "
+                f"first difference at message {matched})",
+                code="rollback_too_deep",
+            )
+        if matched == len(self.messages) - 1 and len(messages) > matched + 1:
+            fields = ", ".join(differing_fields(self.messages[matched], messages[matched]))
+            raise BadRequest(
+                f"messages[{matched}] is not the reply the model generated in turn "
+                f"{len(self.records) - 1} ({fields} differ) and the request goes on after "
+                "it: the client rewrote the model's reply, and extending this session "
+                "would discard that turn. Send the assistant message back as the API "
+                "returned it, run with a --message-matcher that accepts the change, or "
+                "use --session-version v2, which keeps every call as a sample of its own",
+                code="history_rewritten")
+        return target
+
+    def _extend(self, request: TurnRequest, target: int) -> TurnPlan:
+        """The plan of a request that keeps records ``0..target`` (a rollback discards the
+        rest) and appends its messages past them: refused when it changes the render
+        options of the kept path (:mod:`tito.session.options`)."""
+        kwargs = self.records[target].request.get("chat_template_kwargs")
+        change = options_change(self.tools, kwargs, request, self.renderer.spec.thinking_kwarg)
+        if change is not None:
+            raise BadRequest(
+                f"the request changes the render of session {self.session_id}: {change}. "
+                "Tools and template options are part of the history the model saw, so a "
+                "v1 session cannot extend it; declare every tool from the first turn "
+                "(deferred tools with defer_loading), keep the options, or use "
+                "--session-version v2, where a change starts a new root",
+                code="render_changed")
         keep_messages = self.checkpoint_ends[target]
         rolled_back = len(self.records) - (target + 1)
         base = snapshot_ids(self.records[: target + 1]) if rolled_back else self.snapshot.view()

@@ -1,15 +1,18 @@
 """Replay matchers (design §5.3): is a replayed message the same as the stored one?
 
 Harnesses re-serialize history (drop ``index`` on tool calls, re-dump arguments, turn
-``None`` into ``""``). A matcher decides equivalence only; it never repairs a message, and
-on a match the stored message stays authoritative. Match sets are monotonic:
-``strict`` ⊆ ``loose_tool_call`` ⊆ ``role_content_only``.
+``None`` into ``""``, leave out the reasoning, regenerate call ids). A matcher decides
+equivalence only; it never repairs a message, and on a match the stored message stays
+authoritative. Match sets are monotonic: ``strict`` ⊆ ``loose_tool_call`` ⊆ ``harness``,
+and ``strict`` ⊆ ``loose_tool_call`` ⊆ ``role_content_only``. ``harness`` (the default)
+says which differences it tolerated (:func:`tolerated`), so that they are counted.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -148,11 +151,123 @@ def role_content_only(stored: Message, replayed: Message) -> bool:
         _text(stored.get("content")) == _text(replayed.get("content"))
 
 
+_THINK = re.compile(r"\s*<think>(.*?)</think>\s*(.*)\Z", re.DOTALL)
+
+
+def _reasoning_in_content(stored: Message, replayed: Message) -> bool:
+    """The replayed content is the stored reasoning as a ``<think>`` block, then the
+    stored content (a client that echoes the reasoning as text)."""
+    content = replayed.get("content")
+    found = _THINK.match(content) if isinstance(content, str) else None
+    if found is None:
+        return False
+    reasoning = _text(stored.get("reasoning_content"))
+    return isinstance(reasoning, str) and found.group(1).strip() == reasoning.strip() and \
+        found.group(2).strip() == str(_text(stored.get("content"))).strip()
+
+
+def _call_differences(a: dict[str, Any], b: dict[str, Any], call_ids_rendered: bool
+                      ) -> list[str] | None:
+    """What the harness matcher tolerates between two tool calls (None: they differ)."""
+    found: list[str] = []
+    fa, fb = a.get("function") or {}, b.get("function") or {}
+    if not isinstance(fa, dict) or not isinstance(fb, dict) or fa.get("name") != fb.get("name"):
+        return None
+    if fa.get("arguments") != fb.get("arguments"):
+        if not _arguments_equal_loose(fa.get("arguments"), fb.get("arguments")):
+            return None
+        found.append("arguments_reformatted")
+    if a.get("id") != b.get("id"):
+        if call_ids_rendered:
+            return None
+        found.append("call_id_changed")
+    if a.get("type", "function") != b.get("type", "function"):
+        return None
+    return found
+
+
+TOLERATED_KINDS = ("reasoning_dropped", "reasoning_in_content", "arguments_reformatted",
+                   "call_id_changed")
+"""What the ``harness`` matcher tolerates, by kind (see :func:`tolerated`)."""
+
+
+def tolerated(stored: Message, replayed: Message, *, call_ids_rendered: bool = True
+              ) -> list[str] | None:
+    """The differences of ``replayed`` from ``stored`` that the ``harness`` matcher
+    tolerates, by kind (``[]``: equal under ``strict``); None: not the same message.
+
+    Tolerated: the reasoning left out (``reasoning_dropped``) or echoed as a ``<think>``
+    block in the content (``reasoning_in_content``); tool-call arguments equal as JSON
+    (``arguments_reformatted``); tool-call ids changed where the family's template does
+    not render them (``call_id_changed``). Like ``strict``: extra keys, ``None`` = ``""`` =
+    ``[]``, text parts = their text, tool-call ``index``."""
+    if strict(stored, replayed):
+        return []
+    if stored.get("role") != replayed.get("role"):
+        return None
+    found: list[str] = []
+    reasoning, echoed = _text(stored.get("reasoning_content")), \
+        _text(replayed.get("reasoning_content"))
+    if _text(stored.get("content")) != _text(replayed.get("content")):
+        if echoed or not _reasoning_in_content(stored, replayed):
+            return None
+        found.append("reasoning_in_content")
+    elif reasoning != echoed:
+        if echoed:
+            return None
+        found.append("reasoning_dropped")
+    a, b = _calls(stored), _calls(replayed)
+    if len(a) != len(b):
+        return None
+    for x, y in zip(a, b, strict=True):
+        kinds = _call_differences(x, y, call_ids_rendered)
+        if kinds is None:
+            return None
+        found += [k for k in kinds if k not in found]
+    return found
+
+
+def harness_matcher(call_ids_rendered: bool = True) -> Matcher:
+    """The ``harness`` matcher of a family (``call_ids_rendered``: whether its template
+    renders tool-call ids, which then must be kept)."""
+
+    def harness(stored: Message, replayed: Message) -> bool:
+        return tolerated(stored, replayed, call_ids_rendered=call_ids_rendered) is not None
+
+    harness.call_ids_rendered = call_ids_rendered  # type: ignore[attr-defined]
+    return harness
+
+
+harness = harness_matcher()
+"""The ``harness`` matcher of a family that renders tool-call ids."""
+
+
+def differing_fields(stored: Message, replayed: Message) -> list[str]:
+    """Which fields of ``replayed`` differ from ``stored`` (as ``strict`` compares them),
+    for a log line or a report: ``role``, ``content``, ``reasoning_content``,
+    ``tool_calls`` (count), ``tool_calls[i].<key>``."""
+    fields = [name for name in ("role", "content", "reasoning_content")
+              if _text(stored.get(name)) != _text(replayed.get(name))]
+    a, b = _calls(stored), _calls(replayed)
+    if len(a) != len(b):
+        return [*fields, "tool_calls"]
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        fx, fy = x.get("function") or {}, y.get("function") or {}
+        for key in ("name", "arguments"):
+            if isinstance(fx, dict) and isinstance(fy, dict) and fx.get(key) != fy.get(key):
+                fields.append(f"tool_calls[{i}].function.{key}")
+        fields += [f"tool_calls[{i}].{key}" for key in sorted((set(x) | set(y)) - {"function"})
+                   if x.get(key) != y.get(key)]
+    return fields
+
+
 BUILTIN: dict[str, Matcher] = {
     "strict": strict,
     "loose_tool_call": loose_tool_call,
+    "harness": harness,
     "role_content_only": role_content_only,
 }
+DEFAULT = "harness"
 
 
 class MatcherError(TitoError):
@@ -179,11 +294,15 @@ def _checked(name: str, fn: Matcher) -> Matcher:
     return run
 
 
-def resolve_matcher(spec: str) -> Matcher:
+def resolve_matcher(spec: str, *, call_ids_rendered: bool = True) -> Matcher:
     """A built-in name (exact, case-sensitive) or a trusted ``module:function`` / dotted path.
+    ``call_ids_rendered``: whether the family's template renders tool-call ids (the
+    ``harness`` matcher then keeps them).
 
     Only called at startup from the command line, never from a request.
     """
+    if spec == "harness":
+        return harness if call_ids_rendered else harness_matcher(False)
     if spec in BUILTIN:
         return BUILTIN[spec]
     if "." not in spec and ":" not in spec:

@@ -44,10 +44,11 @@ class Describer:
             "max_trim_tokens": renderer.max_trailing_trim,
             "instance_id": self.instance_id,
         }
-        notes = [{"turn": k, **rec.request["notes"]} for k, rec in enumerate(records)
-                 if rec.request.get("notes")]
-        if notes:
-            meta["tito_turn_notes"] = notes
+        for key, fact in (("tito_turn_notes", "notes"), ("tito_tolerated", "tolerated"),
+                          ("tito_discarded_turns", "divergence")):
+            listed = per_turn(records, fact)
+            if listed:
+                meta[key] = listed
         kwargs = records[-1].request.get("chat_template_kwargs") if records else None
         try:
             meta["tito_session_mismatch"] = mismatch_report(
@@ -74,13 +75,20 @@ class Describer:
         return meta
 
 
+def per_turn(records: list[TurnRecord], fact: str) -> list[dict[str, Any]]:
+    """``[{"turn": k, **fact}]`` for each record whose request facts hold ``fact``."""
+    return [{"turn": k, **rec.request[fact]} for k, rec in enumerate(records)
+            if rec.request.get(fact)]
+
+
 def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
     """``metadata.tree``: every node and every leaf with its path (design §5.2)."""
     return {
         "active_leaf": active_leaf,
         "nodes": [{"id": n.id, "parent": n.parent, "depth": n.depth,
                    "truncated": n.truncated, "completion_span": list(n.completion_span),
-                   "num_tokens": n.record.checkpoint_len, "finish_reason":
+                   "num_tokens": n.record.checkpoint_len, "path_messages": n.path_messages,
+                   "finish_reason":
                    n.record.finish_reason, "committed_at": n.record.commit_ts,
                    "response_id": n.response_id}
                   for n in nodes],

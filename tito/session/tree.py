@@ -28,14 +28,17 @@ from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import Matcher
 from tito.session.metadata import tree_view
 from tito.session.nodes import Node, leaves_of, path_messages, path_of
+from tito.session.options import options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
+    divergence,
     extend_in_place,
     extended_snapshot,
     extension,
     first_turn,
     match_len,
+    tolerated_counts,
 )
 from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
@@ -151,7 +154,33 @@ class TreeSession(SessionBase):
             raise BadRequest("messages must contain at least one message")
         nodes = self.nodes[:]  # commits append on the loop meanwhile: read a stable list
         parent, covered = attach_point(nodes, messages, self.matcher, exact=self._exact)
+        if parent is not None and self._render_change(nodes, parent, request) is not None:
+            parent, covered = None, 0  # other tools or options: a new root
         rolled_back = self._abandoned(nodes, parent)
+        plan = self._plan_at(nodes, parent, covered, request, rolled_back)
+        if rolled_back:
+            active = path_messages(path_of(nodes, self.active_leaf)) \
+                if self.active_leaf is not None else []
+            matched = match_len(self.matcher, active, messages, exact=self._exact)
+            plan.divergence = {"discarded": rolled_back,
+                               **divergence(active, messages, matched)}
+        elif parent is not None:
+            delta = nodes[parent].delta
+            plan.tolerated = tolerated_counts(self.matcher, delta,
+                                              messages[covered - len(delta):covered],
+                                              0, len(delta))
+        return plan
+
+    def _render_change(self, nodes: list[Node], parent: int, request: TurnRequest
+                       ) -> str | None:
+        """What ``request`` changes in the render options of ``parent``'s path."""
+        path = path_of(nodes, parent)
+        tools = next((n.tools for n in reversed(path) if n.tools is not None), None)
+        kwargs = nodes[parent].record.request.get("chat_template_kwargs")
+        return options_change(tools, kwargs, request, self.renderer.spec.thinking_kwarg)
+
+    def _plan_at(self, nodes: list[Node], parent: int | None, covered: int,
+                 request: TurnRequest, rolled_back: int) -> TurnPlan:
         if parent is None:
             return first_turn(self.renderer, request, rolled_back=rolled_back)
         node = nodes[parent]

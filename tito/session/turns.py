@@ -20,7 +20,7 @@ import numpy as np
 
 from tito.render.base import TemplateRenderer
 from tito.session.idbuffer import IdBuffer
-from tito.session.matchers import BUILTIN, Matcher
+from tito.session.matchers import BUILTIN, Matcher, differing_fields, tolerated
 from tito.types.engine import CheckedOutput, GenerateResult
 from tito.types.errors import BadRequest
 from tito.types.messages import Message, TurnRequest
@@ -48,6 +48,12 @@ class TurnPlan:
     request_ts: float = field(default_factory=lambda: time.time())
     response_id: str | None = None
     """The id of the API response that answers this turn (set by the API layer)."""
+    tolerated: dict[str, int] | None = None
+    """Differences the matcher tolerated in the messages the request echoed back, by kind
+    (:func:`tito.session.matchers.tolerated`), counted once per echoed message."""
+    divergence: dict[str, Any] | None = None
+    """Where the request left the stored path when it discards generated turns: the first
+    differing message and its fields (``fields`` empty: the request ends there)."""
 
     @property
     def appended(self) -> list[Message]:
@@ -73,7 +79,34 @@ class TurnCommit:
 def exact_matches(matcher: Matcher) -> bool:
     """Whether equal messages always match under ``matcher`` (true of every builtin, so a
     C-level list comparison can stand in for the message-by-message walk)."""
-    return matcher in BUILTIN.values()
+    return matcher in BUILTIN.values() or hasattr(matcher, "call_ids_rendered")
+
+
+def tolerated_counts(matcher: Matcher, stored: list[Message], request: list[Message],
+                     start: int, end: int) -> dict[str, int] | None:
+    """The differences the ``harness`` matcher tolerated between ``stored[start:end]`` and
+    the request's same messages, by kind (None: none, or another matcher)."""
+    ids_rendered = getattr(matcher, "call_ids_rendered", None)
+    if ids_rendered is None:
+        return None
+    counts: dict[str, int] = {}
+    for i in range(start, min(end, len(request))):
+        kept, replayed = stored[i], request[i]
+        if kept is replayed or kept == replayed:
+            continue
+        for kind in tolerated(kept, replayed, call_ids_rendered=ids_rendered) or ():
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts or None
+
+
+def divergence(stored: list[Message], request: list[Message], matched: int
+               ) -> dict[str, Any]:
+    """Where ``request`` leaves ``stored``: message ``matched``, its role, and the fields
+    that differ there (empty when the request ends before it: a retry)."""
+    if matched >= len(request) or matched >= len(stored):
+        return {"message": matched, "role": None, "fields": []}
+    return {"message": matched, "role": stored[matched].get("role"),
+            "fields": differing_fields(stored[matched], request[matched])}
 
 
 def match_len(matcher: Matcher, stored: list[Message], request: list[Message],
@@ -149,6 +182,10 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         request_facts["chat_template_kwargs"] = plan.request.template_kwargs
     if plan.request.notes:
         request_facts["notes"] = plan.request.notes
+    if plan.tolerated:
+        request_facts["tolerated"] = plan.tolerated
+    if plan.divergence is not None:
+        request_facts["divergence"] = plan.divergence
     record = TurnRecord(
         turn=plan.keep_records,
         drop=plan.drop,
