@@ -84,11 +84,10 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
                  ) -> list[Sample]:
     """The default picker: drop the leaves retries superseded.
 
-    A leaf with a later sibling (a child of the same parent committed after it) whose
-    path holds no more messages is an abandoned attempt: the agent re-sent the request and
-    went on from the new branch. A later sibling with more messages went on after a
-    rewritten copy of the leaf's reply (a harness that edits the model's replies): it
-    supersedes nothing, and both are kept.
+    A leaf with a later sibling (a child of the same parent committed after it) is an
+    abandoned attempt: the agent re-sent the request and went on from the new branch;
+    unless that sibling went on after a rewritten copy of the leaf's reply (its node's
+    ``rewrote``: a harness that edits the model's replies), which supersedes nothing.
     A root leaf is superseded by a later root with the same first prompt (a re-sent
     first turn); a later root with another prompt is another conversation (a
     sub-agent) and supersedes nothing. Deep abandoned lines have no later sibling at
@@ -96,7 +95,7 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
     """
     nodes = session_metadata["tree"]["nodes"]
     parents = {node["id"]: node["parent"] for node in nodes}
-    lengths = {node["id"]: node.get("path_messages", 0) for node in nodes}
+    rewrote = {node["id"]: set(node.get("rewrote") or ()) for node in nodes}
     children: dict[int | None, list[int]] = {}
     for node_id, parent in parents.items():
         children.setdefault(parent, []).append(node_id)
@@ -108,7 +107,7 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
         node_id, parent = int(leaf["node_id"]), leaf["parent"]
         later = [n for n in children.get(parent, []) if n > node_id]
         if parent is not None:
-            return any(lengths[n] <= lengths[node_id] for n in later)
+            return any(node_id not in rewrote[n] for n in later)
         prompt = sample.tokens[: sample.prompt_length]
         return any(n in root_prompts and np.array_equal(root_prompts[n], prompt)
                    for n in later)

@@ -88,13 +88,14 @@ class LinearSession(SessionBase):
         if not self.records:
             return first_turn(self.renderer, request)
         prefix = request.stored_prefix
-        if prefix is not None and self._exact and prefix == self.messages:
-            matched = len(prefix)  # compared by the API layer (the same objects: C-level)
+        equal = prefix is not None and self._exact and prefix == self.messages
+        if equal:
+            matched = len(self.messages)  # compared by the API layer (the same objects)
         else:
             matched = match_len(self.matcher, self.messages, messages, exact=self._exact)
         if matched == len(self.messages):
             plan = self._extend(request, len(self.records) - 1)
-            if prefix is None or prefix is not self.messages:  # echoed messages compared
+            if not equal:  # the echoed messages of the last turn, as the matcher took them
                 start = self.checkpoint_ends[-2] if len(self.records) > 1 else 0
                 plan.tolerated = tolerated_counts(self.matcher, self.messages, messages,
                                                   start, matched)

@@ -87,8 +87,8 @@ def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
         "active_leaf": active_leaf,
         "nodes": [{"id": n.id, "parent": n.parent, "depth": n.depth,
                    "truncated": n.truncated, "completion_span": list(n.completion_span),
-                   "num_tokens": n.record.checkpoint_len, "path_messages": n.path_messages,
-                   "finish_reason":
+                   "num_tokens": n.record.checkpoint_len,
+                   "rewrote": n.record.request.get("rewrote", []), "finish_reason":
                    n.record.finish_reason, "committed_at": n.record.commit_ts,
                    "response_id": n.response_id}
                   for n in nodes],

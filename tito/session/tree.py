@@ -169,7 +169,24 @@ class TreeSession(SessionBase):
             plan.tolerated = tolerated_counts(self.matcher, delta,
                                               messages[covered - len(delta):covered],
                                               0, len(delta))
+        if parent is not None:
+            plan.rewrote = self._rewritten(nodes, parent, covered, messages) or None
         return plan
+
+    def _rewritten(self, nodes: list[Node], parent: int, covered: int,
+                   messages: list[Message]) -> list[int]:
+        """Children of ``parent`` whose reply the request holds in a copy the matcher did
+        not accept, and goes on after: it continues them (a harness that rewrites replies),
+        it does not retry them."""
+        found = []
+        for child in nodes[parent].children:
+            delta = nodes[child].delta if child < len(nodes) else []
+            at = covered + len(delta) - 1  # where the child's reply stands in the request
+            if delta and len(messages) > at + 1 and messages[at].get("role") == "assistant" \
+                    and match_len(self.matcher, delta[:-1], messages, covered,
+                                  exact=self._exact) == len(delta) - 1:
+                found.append(child)
+        return found
 
     def _render_change(self, nodes: list[Node], parent: int, request: TurnRequest
                        ) -> str | None:

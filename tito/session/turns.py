@@ -51,6 +51,9 @@ class TurnPlan:
     tolerated: dict[str, int] | None = None
     """Differences the matcher tolerated in the messages the request echoed back, by kind
     (:func:`tito.session.matchers.tolerated`), counted once per echoed message."""
+    rewrote: list[int] | None = None
+    """v2: sibling nodes whose reply the request went on after, in a copy the matcher did
+    not accept (not retries of them: the picker keeps them)."""
     divergence: dict[str, Any] | None = None
     """Where the request left the stored path when it discards generated turns: the first
     differing message and its fields (``fields`` empty: the request ends there)."""
@@ -186,6 +189,8 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         request_facts["tolerated"] = plan.tolerated
     if plan.divergence is not None:
         request_facts["divergence"] = plan.divergence
+    if plan.rewrote:
+        request_facts["rewrote"] = plan.rewrote
     record = TurnRecord(
         turn=plan.keep_records,
         drop=plan.drop,
