@@ -385,6 +385,21 @@ def test_summarize_counts() -> None:
     json.dumps(s.to_dict())
 
 
+def test_summarize_counts_discarded_turns_and_tolerated_differences() -> None:
+    replayed = good_sample(metadata={
+        "num_turns": 3, "lifecycle": [{}, {}, {}], "tito_session_mismatch": [],
+        "tito_discarded_turns": [{"turn": 2, "discarded": 1, "message": 3, "role": None,
+                                  "fields": []}],
+        "tito_tolerated": [{"turn": 1, "reasoning_dropped": 1, "arguments_reformatted": 1},
+                           {"turn": 2, "reasoning_dropped": 1}]})
+    s = summarize(RolloutResult(trajectories=[TrajectoryResult(0, 0, [replayed]),
+                                              TrajectoryResult(1, 0, [good_sample()])],
+                                requested=2, wall_time=1.0))
+    assert s.discarded_turns == 1
+    assert s.tolerated == {"reasoning_dropped": 2, "arguments_reformatted": 1}
+    assert json.loads(json.dumps(s.to_dict()))["discarded_turns"] == 1
+
+
 def test_outputs_are_written_all_or_nothing(tmp_path: Path) -> None:
     from tito.client.writers import atomic_write_all
 
