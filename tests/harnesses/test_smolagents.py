@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 import pytest
-from helpers.harness import DUMMY_KEY, MODEL, HarnessStack, Trajectory, cells
+from helpers.harness import DUMMY_KEY, MODEL, HarnessStack, Trajectory, cells, errors_total
 
 pytest.importorskip("smolagents")
 from smolagents import (
@@ -68,7 +68,6 @@ REWRITES_CODE = (
     "matcher finds message 2 differs and v1 rolls turn 1 back, and likewise turn 2 on "
     "request 3: records 1, num_turns 1 of 3")
 VARIANTS = ("tool-calling", "code")
-XFAILS = {("tool-calling", "v1"): REWRITES_HISTORY, ("code", "v1"): REWRITES_CODE}
 
 
 def run_smolagents(traj: Trajectory, variant: str) -> int:
@@ -92,8 +91,23 @@ def run_smolagents(traj: Trajectory, variant: str) -> int:
     return len(steps)
 
 
-@pytest.mark.parametrize(("variant", "version"), cells(XFAILS, VARIANTS))
+@pytest.mark.parametrize(("variant", "version"), cells({}, VARIANTS, ("v2",)))
 def test_every_call_is_in_the_samples(harness: HarnessStack, variant: str,
                                       version: str) -> None:
     traj = Trajectory(harness, version)
     traj.check(run_smolagents(traj, variant))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_v1_tells_the_client_that_it_rewrote_the_history(harness: HarnessStack,
+                                                         variant: str) -> None:
+    """smolagents rebuilds each request as text (see REWRITES_HISTORY, REWRITES_CODE): v1
+    would discard the previous call at every request, so the gateway refuses it with 400
+    ``history_rewritten`` (naming v2) instead of losing turns silently; the call it
+    answered stays in the session."""
+    traj = Trajectory(harness, "v1")
+    before = errors_total(traj.gateway, "history_rewritten")
+    with pytest.raises(Exception):  # noqa: B017 - smolagents wraps the 400 its own way
+        run_smolagents(traj, variant)
+    assert errors_total(traj.gateway, "history_rewritten") > before
+    assert traj.info()["page"]["total"] == 1 and traj.engine_calls() == 1

@@ -201,6 +201,16 @@ def turns_total(gateway_url: str) -> float:
     return 0.0
 
 
+def errors_total(gateway_url: str, code: str) -> float:
+    """``tito_errors_total`` of one error code, every status and route together."""
+    text = httpx.get(gateway_url + "/metrics").text
+    for family in parser.text_string_to_metric_families(text):
+        if family.name == "tito_errors":
+            return float(sum(s.value for s in family.samples
+                             if s.name == "tito_errors_total" and s.labels.get("code") == code))
+    return 0.0
+
+
 # -- one trajectory --------------------------------------------------------------------
 class Trajectory:
     """A session of one harness run: the URLs to give the harness, and the checks."""
