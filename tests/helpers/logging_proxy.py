@@ -82,25 +82,33 @@ class LoggingProxy:
 
     async def _relay(self, request: web.Request, headers: dict[str, str], raw: bytes,
                      entry: dict[str, Any]) -> web.StreamResponse:
+        """Forward, stream the reply back as it comes and log it; a client that goes away
+        mid-reply closes the upstream request too (as it would without the proxy), and
+        what had come is logged with ``client_disconnected``."""
         assert self.client is not None
-        async with self.client.request(request.method, self.upstream + request.path_qs,
-                                       headers=headers, data=raw) as up:
-            entry["status"] = up.status
-            entry["reply_headers"] = dict(up.headers)
-            resp = web.StreamResponse(status=up.status, headers={
-                k: v for k, v in up.headers.items() if k.lower() not in HOP})
-            await resp.prepare(request)
-            chunks: list[bytes] = []
-            async for chunk in up.content.iter_any():
-                if self.rewrite_reply is not None:
-                    chunk = self.rewrite_reply(chunk)
-                await resp.write(chunk)
-                chunks.append(chunk)
-            await resp.write_eof()
-        reply = b"".join(chunks)
-        entry["reply_truncated"] = len(reply) > MAX_REPLY_CHARS
-        entry["reply"] = _body(reply[:MAX_REPLY_CHARS])
-        return resp
+        chunks: list[bytes] = []
+        try:
+            async with self.client.request(request.method, self.upstream + request.path_qs,
+                                           headers=headers, data=raw) as up:
+                entry["status"] = up.status
+                entry["reply_headers"] = dict(up.headers)
+                resp = web.StreamResponse(status=up.status, headers={
+                    k: v for k, v in up.headers.items() if k.lower() not in HOP})
+                await resp.prepare(request)
+                async for chunk in up.content.iter_any():
+                    chunks.append(chunk)
+                    if self.rewrite_reply is not None:
+                        chunk = self.rewrite_reply(chunk)
+                    await resp.write(chunk)
+                await resp.write_eof()
+            return resp
+        except ConnectionError:
+            entry["client_disconnected"] = True
+            raise
+        finally:
+            reply = b"".join(chunks)
+            entry["reply_truncated"] = len(reply) > MAX_REPLY_CHARS
+            entry["reply"] = _body(reply[:MAX_REPLY_CHARS])
 
 
 def read_log(folder: Path) -> list[dict[str, Any]]:
