@@ -30,6 +30,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,17 +138,27 @@ async def run_cli(spec: dict[str, Any], base: str, work: Path) -> dict[str, Any]
                 "TERM": "dumb", "LANG": "C.UTF-8", **QUIET_ENV, **env, **spec.get("env", {})}
     proc = await asyncio.create_subprocess_exec(
         *cmd, cwd=cwd, env=full_env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)  # its own process group: the CLI and what it started
     timed_out = False
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), spec.get("timeout", 180))
     except TimeoutError:
         timed_out = True
-        proc.kill()
+        kill_group(proc.pid)
         stdout, stderr = await proc.communicate()
+    kill_group(proc.pid)  # helpers it left behind (shells, sub-agents)
     return {"exit_code": proc.returncode, "timed_out": timed_out, "cmd": cmd,
             "stdout": stdout.decode("utf-8", "replace")[-100_000:],
             "stderr": stderr.decode("utf-8", "replace")[-100_000:]}
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid`` (the CLI's, started by us), if any is left."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def sample_summary(gateway: str, sid: str) -> dict[str, Any]:
