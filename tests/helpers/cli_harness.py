@@ -48,8 +48,9 @@ from tito.samples import decode_samples
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET_ENV = {
-    # Claude Code: no auto-update, telemetry, error reports, surveys
-    "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+    # Claude Code: no auto-update, telemetry, error reports, surveys, connectivity probe
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
     "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "DISABLE_COST_WARNINGS": "1", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
     # Codex: no update check, no OTEL
