@@ -53,8 +53,8 @@ QUIET_ENV = {
     "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
     "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "DISABLE_COST_WARNINGS": "1", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
-    # Codex: no update check, no OTEL
-    "CODEX_DISABLE_UPDATE_CHECK": "1", "NO_COLOR": "1",
+    # Codex: its update check and analytics are off in config.toml (CODEX_CONFIG, CODEX_QUIET)
+    "NO_COLOR": "1",
 }
 DUMMY_KEY = "sk-dummy-tito-harness"
 
