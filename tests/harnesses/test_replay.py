@@ -1,0 +1,117 @@
+"""Replays of what the real agent CLIs sent (tests/harnesses/fixtures/, captured by
+``python -m helpers.cli_fixtures``) against ``tito serve`` over the mock engine: fast, no
+npm. One fixture is posted as the first call of a new session; a sequence is posted in
+order on one session, each body echoing the ids this gateway gave (``cli_fixtures.replay``).
+Every call must be answered 200 without an error event and committed. The shapes the
+gateway refuses today are xfail(strict) with the exact refusal, so each flips when fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers.cli_fixtures import failure, load, replay, sequence
+from helpers.support import Proc, start_gateway, start_mock
+
+NAMESPACE = ("400 unsupported_tool: tools.4 has type 'namespace' (Codex's multi_agent_v1 "
+             "sub-agent tools), which is not supported; only function tools are")
+WEB_SEARCH = ("400 unsupported_tool: tools.7 has type 'web_search' ({'type': 'web_search', "
+              "'external_web_access': true}), which is not supported; only function tools are "
+              "(--hosted-tools drop, the default, does not reach the Responses converter yet)")
+IMAGES = ("images are not supported (the gateway runs with --images placeholder, which the "
+          "converters do not apply yet)")
+
+
+def case(name: str, xfail: str | None = None) -> Any:
+    marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+SINGLE = [
+    case("claude_code/bash_0"),  # 12 tools, DeferredToolPlaceholder defer_loading, system role
+    case("claude_code/bash_1"),  # tool_result
+    case("claude_code/thinking_echo"),  # thinking block with the gateway's signature
+    case("claude_code/structured_output"),  # --json-schema: a StructuredOutput tool
+    case("claude_code/subagent_1"),  # a sub-agent's first call (x-claude-code-agent-id)
+    case("claude_code/tool_reference",
+         "400 invalid_request: messages.3.content.0.content.0: a 'tool_reference' block "
+         "is not allowed here (only text)"),
+    case("claude_code/web_search_side_request",
+         "400 invalid_request: tools.0: server tool 'web_search_20250305' is not supported "
+         "(--hosted-tools drop, the default, does not reach the Messages converter yet)"),
+    case("claude_code/image_tool_result",
+         "400 invalid_request: messages.5.content.0.content.0 (an image block in a "
+         "tool_result): " + IMAGES),
+    case("codex/default_tools", NAMESPACE),
+    case("codex/web_search_tool", WEB_SEARCH),
+    case("codex/exec_command_1"),  # reasoning, function_call, function_call_output echoed
+    case("codex/empty_reasoning_echo"),  # function_call THEN an empty reasoning item
+    case("codex/input_image_output",
+         "400 invalid_request: input.9.output: content part 0 has type 'input_image' (a "
+         "view_image function_call_output): " + IMAGES),
+    case("codex/compaction_1"),  # the compaction side request: no tools, summary prompt
+    case("codex/subagent_1", WEB_SEARCH + " (a Codex sub-agent's first call)"),
+    case("codex/subagent_3", NAMESPACE + " (the parent echoes a function_call with "
+         "\"namespace\": \"multi_agent_v1\")"),
+]
+
+SEQUENCES = [
+    case("claude_code/bash"),
+    case("codex/exec_command"),
+    case("claude_code/subagent:v2"),  # main, sub, sub, main on one session
+    case("claude_code/subagent:v1",
+         "v1 session: the sub-agent's first call rolls the parent's turn back; the "
+         "parent's next call is 400 rollback_too_deep (discard_count=2)"),
+    case("codex/compaction:v2"),  # turn, compaction request, the new window
+    case("codex/compaction:v1",
+         "v1 session: the window after compaction rewrites the history; 400 "
+         "rollback_too_deep (discard_count=2)"),
+    case("codex/subagent:v2", NAMESPACE),
+]
+
+
+@pytest.fixture(scope="module")
+def gateways(qwen3_dir: Path) -> Iterator[dict[str, str]]:
+    """A v1 and a v2 gateway over one mock engine (``{"v1": url, "v2": url}``), both with
+    ``--images placeholder``: the setting under which an image must not be refused."""
+    engine = start_mock(qwen3_dir, "qwen3")
+    procs: list[Proc] = []
+    try:
+        for version in ("v1", "v2"):
+            procs.append(start_gateway(engine.url, qwen3_dir, "qwen3", "--session-version",
+                                       version, "--images", "placeholder"))
+        yield {"v1": procs[0].url, "v2": procs[1].url}
+    finally:
+        for proc in procs:
+            proc.stop()
+        engine.stop()
+
+
+def committed(url: str, sid: str) -> int:
+    """Turns the session holds: v1 records, or every node of a v2 tree."""
+    meta = httpx.get(f"{url}/sessions/{sid}").json()["metadata"]
+    tree = meta.get("tree")
+    return len(tree["nodes"]) if tree else int(meta["num_turns"])
+
+
+def check(url: str, calls: list[dict[str, Any]]) -> None:
+    sid, replies = replay(url, calls)
+    problems = [f"call {i} ({calls[i]['scenario']}#{calls[i]['call']}): {failure(r)}"
+                for i, r in enumerate(replies) if failure(r)]
+    assert not problems, f"the gateway refused: {problems}"
+    assert committed(url, sid) == len(calls)
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_replay_one_call(name: str, gateways: dict[str, str]) -> None:
+    check(gateways["v1"], [load(name)])
+
+
+@pytest.mark.parametrize("name", SEQUENCES)
+def test_replay_sequence(name: str, gateways: dict[str, str]) -> None:
+    base, _, version = name.partition(":")
+    check(gateways[version or "v1"], sequence(base))
