@@ -11,11 +11,14 @@ Responses API's stream events (:mod:`tito.server.responses.events`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
 from tito.server.gateway import TurnOutcome
 from tito.server.responses.convert import (
     chat_tools,
+    hosted_names,
+    namespace_spaces,
     response_body,
     response_head,
     sampling_params,
@@ -27,6 +30,7 @@ from tito.server.responses.events import ResponseEvents, live_events
 from tito.server.responses.history import ResponseHistory
 from tito.server.responses.models import RESPONSE, ResponseBody, ResponsesRequest
 from tito.server.serving import TurnStream
+from tito.server.unsupported import NOTE_HOSTED_TOOLS, hosted_tools_refused, warn_hosted_once
 from tito.types.messages import Message, TurnRequest
 
 Decoded = tuple[ResponsesRequest, list[Message]]
@@ -53,8 +57,9 @@ class Responses:
             messages = with_instructions(new, body.instructions)
         gateway = ctx.gateway
         turn = TurnRequest(messages=messages, tools=chat_tools(body.tools),
-                           template_kwargs=template_kwargs(
-                               body, gateway.renderer.spec.thinking_kwarg))
+                           template_kwargs=template_kwargs(body,
+                                                           gateway.renderer.effort_kwargs),
+                           notes=hosted_notes(ctx, hosted_names(body.tools)))
         params = sampling_params(body, default_max_tokens=gateway.config.default_max_tokens)
         return ApiTurn(request, turn, params, bool(body.stream), gateway.model_name)
 
@@ -65,7 +70,9 @@ class Responses:
         if outcome.record is not None:
             ResponseHistory.of(ctx.session).remember(
                 response_id, [*turn.turn.messages, outcome.parsed.to_message()])
-        return response_body(outcome, turn.request[0], response_id, turn.model)
+        reasoning = ctx.gateway.renderer.reasoning_tokens(outcome.result.output_ids,
+                                                          outcome.parsed)
+        return response_body(outcome, turn.request[0], response_id, turn.model, reasoning)
 
     def dump(self, body: ResponseBody) -> bytes:
         return RESPONSE.dump(body)
@@ -74,6 +81,16 @@ class Responses:
                response_id: str, reply: Callable[[TurnOutcome], ResponseBody]
                ) -> EventStream:
         head = response_head(turn.request[0], response_id, turn.model)
-        events = ResponseEvents(response_id)
+        events = ResponseEvents(response_id, namespace_spaces(turn.request[0].tools))
         return EventStream(live_events(stream, head, ctx.gateway.renderer.parse, reply,
                                        events), events.error)
+
+
+def hosted_notes(ctx: TurnContext, hosted: list[str]) -> dict[str, Any] | None:
+    """The turn's note of the hosted tools left out of the render (None: none), warned
+    once per session and tool; 400 under ``--hosted-tools error``."""
+    if not hosted:
+        return None
+    hosted_tools_refused(ctx.gateway.config.hosted_tools, hosted, "the request's tools")
+    warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
+    return {NOTE_HOSTED_TOOLS: hosted}
