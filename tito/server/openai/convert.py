@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from tito.server.gateway import TurnOutcome
@@ -38,11 +39,32 @@ def session_messages(data: dict[str, Any], developer: bool | None = None) -> lis
 
 def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                  stored_prefix: list[Message] | None = None,
-                 developer: bool | None = None) -> TurnRequest:
+                 developer: bool | None = None, *,
+                 effort_kwargs: Callable[[str], dict[str, Any]] | None = None,
+                 notes: dict[str, Any] | None = None) -> TurnRequest:
+    """``effort_kwargs``: the renderer's
+    :meth:`~tito.render.base.TemplateRenderer.effort_kwargs` (``reasoning_effort``);
+    ``notes``: what the API layer changed (:attr:`TurnRequest.notes`)."""
     return TurnRequest(messages=session_messages(data, developer),
                        tools=data.get("tools") or None,
-                       template_kwargs=chat.chat_template_kwargs,
-                       stored_prefix=stored_prefix)
+                       template_kwargs=template_kwargs(chat, effort_kwargs),
+                       stored_prefix=stored_prefix, notes=notes)
+
+
+def template_kwargs(chat: ChatCompletionRequest,
+                    effort_kwargs: Callable[[str], dict[str, Any]] | None
+                    ) -> dict[str, Any] | None:
+    """What ``reasoning_effort`` sets, under the request's ``chat_template_kwargs`` (which
+    win); the request's own kwargs as sent without an effort."""
+    if chat.reasoning_effort is None or effort_kwargs is None:
+        return chat.chat_template_kwargs
+    return {**effort_kwargs(chat.reasoning_effort), **(chat.chat_template_kwargs or {})} \
+        or None
+
+
+def hosted_names(chat: ChatCompletionRequest) -> list[str]:
+    """The hosted tools a chat request asks for (``web_search_options``)."""
+    return ["web_search"] if chat.web_search_options is not None else []
 
 
 def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
@@ -64,8 +86,10 @@ def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> 
     )
 
 
-def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
-    """The ``chat.completion`` of a turn."""
+def completion(outcome: TurnOutcome, model: str, reasoning_tokens: int = 0
+               ) -> ChatCompletion:
+    """The ``chat.completion`` of a turn; ``reasoning_tokens``: the generated ids of the
+    reasoning."""
     parsed = outcome.parsed
     message: AssistantMessage = {"role": "assistant", "content": parsed.content}
     if parsed.reasoning_content is not None:
@@ -81,5 +105,6 @@ def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
                      "finish_reason": parsed.finish_reason}],
         "usage": {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": generated,
                   "total_tokens": outcome.prompt_tokens + generated,
-                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens}},
+                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens},
+                  "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}},
     }

@@ -11,6 +11,7 @@ last one (:mod:`tito.server.openai.decode`), converted into the core turn
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,11 +19,12 @@ from starlette.responses import Response
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
 from tito.server.errors import error_body
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.openai.convert import completion, turn_request
+from tito.server.openai.convert import completion, hosted_names, turn_request
 from tito.server.openai.decode import DecodedChat, decode_chat
 from tito.server.openai.events import DONE, live_events
 from tito.server.openai.models import CHAT_COMPLETION, MODEL_LIST, ChatCompletion, ModelList
 from tito.server.serving import TurnStream
+from tito.server.unsupported import NOTE_HOSTED_TOOLS, hosted_tools_refused, warn_hosted_once
 from tito.types.errors import TitoError
 
 JSON = "application/json"
@@ -40,13 +42,17 @@ class ChatCompletions:
 
     def prepare(self, ctx: TurnContext, request: DecodedChat) -> ApiTurn[DecodedChat]:
         turn = turn_request(request.data, request.request, request.stored_prefix,
-                            request.developer)
+                            request.developer,
+                            effort_kwargs=ctx.gateway.renderer.effort_kwargs,
+                            notes=hosted_notes(ctx, hosted_names(request.request)))
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
                        ctx.gateway.model_name)
 
     def reply(self, ctx: TurnContext, turn: ApiTurn[DecodedChat], outcome: TurnOutcome,
               response_id: str) -> ChatCompletion:
-        return completion(outcome, turn.model)
+        reasoning = ctx.gateway.renderer.reasoning_tokens(outcome.result.output_ids,
+                                                          outcome.parsed)
+        return completion(outcome, turn.model, reasoning)
 
     def dump(self, body: ChatCompletion) -> bytes:
         return CHAT_COMPLETION.dump(body)
@@ -58,6 +64,16 @@ class ChatCompletions:
         return EventStream(live_events(stream, ctx.gateway.renderer.parse, turn.model,
                                        response_id, bool(options and options.include_usage),
                                        reply), error_event, DONE)
+
+
+def hosted_notes(ctx: TurnContext, hosted: list[str]) -> dict[str, Any] | None:
+    """The turn's note of the hosted tools left out of the render (None: none), warned
+    once per session and tool; 400 under ``--hosted-tools error``."""
+    if not hosted:
+        return None
+    hosted_tools_refused(ctx.gateway.config.hosted_tools, hosted, "the request")
+    warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
+    return {NOTE_HOSTED_TOOLS: hosted}
 
 
 def error_event(error: TitoError) -> bytes:
