@@ -39,32 +39,11 @@ def session_messages(data: dict[str, Any], developer: bool | None = None) -> lis
 
 def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                  stored_prefix: list[Message] | None = None,
-                 developer: bool | None = None, *,
-                 effort_kwargs: Callable[[str], dict[str, Any]] | None = None,
-                 notes: dict[str, Any] | None = None) -> TurnRequest:
-    """``effort_kwargs``: the renderer's
-    :meth:`~tito.render.base.TemplateRenderer.effort_kwargs` (``reasoning_effort``);
-    ``notes``: what the API layer changed (:attr:`TurnRequest.notes`)."""
+                 developer: bool | None = None) -> TurnRequest:
     return TurnRequest(messages=session_messages(data, developer),
                        tools=data.get("tools") or None,
-                       template_kwargs=template_kwargs(chat, effort_kwargs),
-                       stored_prefix=stored_prefix, notes=notes)
-
-
-def template_kwargs(chat: ChatCompletionRequest,
-                    effort_kwargs: Callable[[str], dict[str, Any]] | None
-                    ) -> dict[str, Any] | None:
-    """What ``reasoning_effort`` sets, under the request's ``chat_template_kwargs`` (which
-    win); the request's own kwargs as sent without an effort."""
-    if chat.reasoning_effort is None or effort_kwargs is None:
-        return chat.chat_template_kwargs
-    return {**effort_kwargs(chat.reasoning_effort), **(chat.chat_template_kwargs or {})} \
-        or None
-
-
-def hosted_names(chat: ChatCompletionRequest) -> list[str]:
-    """The hosted tools a chat request asks for (``web_search_options``)."""
-    return ["web_search"] if chat.web_search_options is not None else []
+                       template_kwargs=chat.chat_template_kwargs,
+                       stored_prefix=stored_prefix)
 
 
 def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
@@ -108,3 +87,19 @@ def completion(outcome: TurnOutcome, model: str, reasoning_tokens: int = 0
                   "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens},
                   "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}},
     }
+
+
+# -- reasoning effort and hosted tools -----------------------------------------------------
+def with_effort(turn: TurnRequest, chat: ChatCompletionRequest,
+                effort_kwargs: Callable[[str], dict[str, Any]]) -> None:
+    """``turn`` with what ``reasoning_effort`` sets (``effort_kwargs``: the renderer's
+    :meth:`~tito.render.base.TemplateRenderer.effort_kwargs`) under the request's
+    ``chat_template_kwargs``, which win."""
+    if chat.reasoning_effort is not None:
+        turn.template_kwargs = {**effort_kwargs(chat.reasoning_effort),
+                                **(chat.chat_template_kwargs or {})} or None
+
+
+def hosted_names(chat: ChatCompletionRequest) -> list[str]:
+    """The hosted tools a chat request asks for (``web_search_options``)."""
+    return ["web_search"] if chat.web_search_options is not None else []

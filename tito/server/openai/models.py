@@ -85,6 +85,11 @@ class ChatCompletionRequest(_Open):
     model: str | None = None
     tools: list[Tool] | None = None
     tool_choice: Any = None
+    reasoning_effort: str | None = None
+    """Drives the family's thinking switch and effort level (docs/apis.md); an explicit
+    ``chat_template_kwargs`` wins."""
+    web_search_options: Any = None
+    """OpenAI's hosted web search: left out of the render (``--hosted-tools``)."""
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -102,11 +107,6 @@ class ChatCompletionRequest(_Open):
     seed: int | None = None
     n: int | None = 1
     chat_template_kwargs: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
-    """Drives the family's thinking switch and effort level (design §7.1); an explicit
-    ``chat_template_kwargs`` wins."""
-    web_search_options: Any = None
-    """OpenAI's hosted web search: left out of the render (``--hosted-tools``)."""
 
     @field_validator("n")
     @classmethod

@@ -11,7 +11,6 @@ last one (:mod:`tito.server.openai.decode`), converted into the core turn
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,13 +18,20 @@ from starlette.responses import Response
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
 from tito.server.errors import error_body
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.openai.convert import completion, hosted_names, turn_request
+from tito.server.openai.convert import completion, hosted_names, turn_request, with_effort
 from tito.server.openai.decode import DecodedChat, decode_chat
 from tito.server.openai.events import DONE, live_events
-from tito.server.openai.models import CHAT_COMPLETION, MODEL_LIST, ChatCompletion, ModelList
+from tito.server.openai.models import (
+    CHAT_COMPLETION,
+    MODEL_LIST,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelList,
+)
 from tito.server.serving import TurnStream
 from tito.server.unsupported import NOTE_HOSTED_TOOLS, hosted_tools_refused, warn_hosted_once
 from tito.types.errors import TitoError
+from tito.types.messages import TurnRequest
 
 JSON = "application/json"
 
@@ -42,9 +48,8 @@ class ChatCompletions:
 
     def prepare(self, ctx: TurnContext, request: DecodedChat) -> ApiTurn[DecodedChat]:
         turn = turn_request(request.data, request.request, request.stored_prefix,
-                            request.developer,
-                            effort_kwargs=ctx.gateway.renderer.effort_kwargs,
-                            notes=hosted_notes(ctx, hosted_names(request.request)))
+                            request.developer)
+        harness_settings(ctx, request.request, turn)
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
                        ctx.gateway.model_name)
 
@@ -66,14 +71,17 @@ class ChatCompletions:
                                        reply), error_event, DONE)
 
 
-def hosted_notes(ctx: TurnContext, hosted: list[str]) -> dict[str, Any] | None:
-    """The turn's note of the hosted tools left out of the render (None: none), warned
-    once per session and tool; 400 under ``--hosted-tools error``."""
-    if not hosted:
-        return None
-    hosted_tools_refused(ctx.gateway.config.hosted_tools, hosted, "the request")
-    warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
-    return {NOTE_HOSTED_TOOLS: hosted}
+def harness_settings(ctx: TurnContext, chat: ChatCompletionRequest, turn: TurnRequest
+                     ) -> None:
+    """``turn`` with the template kwargs of ``reasoning_effort`` and the note of the hosted
+    tools left out of the render (warned once per session and tool; 400 under
+    ``--hosted-tools error``)."""
+    with_effort(turn, chat, ctx.gateway.renderer.effort_kwargs)
+    hosted = hosted_names(chat)
+    if hosted:
+        hosted_tools_refused(ctx.gateway.config.hosted_tools, hosted, "the request")
+        warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
+        turn.notes = {**(turn.notes or {}), NOTE_HOSTED_TOOLS: hosted}
 
 
 def error_event(error: TitoError) -> bytes:
