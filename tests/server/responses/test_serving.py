@@ -256,7 +256,11 @@ async def test_sample_equals_chat_completions(stack: Any) -> None:
     ({"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]},
-     "invalid_request", "images, files and audio are not supported"),
+     "unsupported_content", "input[0].content[1] is an image, and the gateway renders "
+                            "text only; start tito serve with --images placeholder"),
+    ({"input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file_1"}]}]},
+     "invalid_request", "files and audio are not supported"),
     ({"tools": [{"type": "custom", "name": "apply_patch"}]}, "unsupported_tool",
      "tools.0 has type 'custom', which is not supported"),
     ({"tools": [{"type": "namespace", "name": "ns", "description": "",

@@ -193,3 +193,30 @@ async def test_a_codex_shaped_request_runs(stack: Any) -> None:
     assert [(i["type"], i.get("namespace"), i.get("name")) for i in done] == [
         ("reasoning", None, None), ("function_call", "mcp__files__", "read"),
         ("function_call", "agents", "spawn_agent")]
+
+
+async def test_images_become_markers_under_the_placeholder_policy(make_gateway: Any) -> None:
+    """Codex's ``view_image``: the function call's output is a list with an
+    ``input_image``; under ``--images placeholder`` it renders as the marker, noted."""
+    gateway: Gateway = make_gateway(images="placeholder")
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AA==",
+             "detail": "high"}
+    history: Any = [
+        {"role": "user", "content": [{"type": "input_text", "text": "Look at a.png"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "view_image",
+         "arguments": '{"path": "a.png"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": [image]},
+        {"role": "user", "content": [{"type": "input_text", "text": "and "}, image]}]
+    async with asgi_client(gateway) as http:
+        sid = await new_inproc_session(http)
+        await openai_for(http, sid).responses.create(model="m", input=history)
+        state = (await http.get(f"/sessions/{sid}",
+                                params={"include_messages": "true"})).json()
+        samples = decode_samples((await http.post(f"/sessions/{sid}/samples")).content)
+    assert state["messages"][2] == {"role": "tool", "tool_call_id": "call_1",
+                                    "content": "[image]"}
+    assert state["messages"][3] == {"role": "user", "content": "and [image]"}
+    assert samples.samples[0].metadata["tito_turn_notes"] == [{"turn": 0,
+                                                               "images_replaced": 2}]
+    engine = gateway.engine
+    assert "[image]" in gateway.renderer.tokenizer.decode(engine.calls[0].input_ids)  # type: ignore[attr-defined]

@@ -17,7 +17,9 @@ message dicts (the session's replay matching compares them, design §5.3):
   name (:func:`flat_name`), the name the model saw and called;
 - ``function_call_output`` -> ``{"role": "tool", "tool_call_id", "content"}``;
 - user/system/developer messages -> ``{"role", "content"}`` (``developer`` read as
-  ``system``); content parts are joined with ``""``.
+  ``system``); content parts are joined with ``""``, an ``input_image`` part (a user
+  message's, a function call's output) as :data:`~tito.server.unsupported.IMAGE_MARKER`,
+  noted (:data:`Images`) for the ``--images`` policy.
 
 Tools: function tools are rendered as they are, the function tools of a ``namespace``
 tool under their flat names, and hosted tools (``web_search``, ``file_search``, ``mcp``
@@ -38,17 +40,19 @@ from tito.server.responses.models import (
     FunctionCallOutputItem,
     FunctionTool,
     HostedTool,
+    ImagePart,
     InputItem,
     MessageItem,
     NamespaceTool,
     OutputFunctionCall,
     OutputItem,
+    Part,
     ReasoningItem,
     ResponseBody,
     ResponsesRequest,
-    TextPart,
     Tool,
 )
+from tito.server.unsupported import IMAGE_MARKER
 from tito.types.engine import SamplingParams
 from tito.types.errors import BadRequest
 from tito.types.messages import Message
@@ -69,8 +73,26 @@ def flat_name(namespace: str | None, name: str) -> str:
     return namespace + name if namespace[-1] in SEPARATORS else f"{namespace}__{name}"
 
 
-def text_of(content: str | list[TextPart]) -> str:
-    return content if isinstance(content, str) else "".join(p.text for p in content)
+Images = list[tuple[int, str]]
+"""The images a conversion turned into :data:`~tito.server.unsupported.IMAGE_MARKER`: (the
+item's index, the part's place, e.g. ``input[3].content[1]``)."""
+
+
+def text_of(content: str | list[Part], images: Images | None = None, index: int = 0,
+            field: str = "content") -> str:
+    """The text of ``content``: its parts joined with ``""``, an image as the marker
+    (noted in ``images``)."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, ImagePart):
+            texts.append(IMAGE_MARKER)
+            if images is not None:
+                images.append((index, f"input[{index}].{field}[{j}]"))
+        else:
+            texts.append(part.text)
+    return "".join(texts)
 
 
 def reasoning_text(item: ReasoningItem) -> str:
@@ -131,21 +153,23 @@ def _assistant_part(item: InputItem) -> AssistantItem | None:
     return None
 
 
-def chat_messages(items: list[InputItem]) -> list[Message]:
-    """Input items -> chat messages (see the module docstring)."""
+def chat_messages(items: list[InputItem], images: Images | None = None) -> list[Message]:
+    """Input items -> chat messages (see the module docstring); ``images`` gets the
+    images turned into markers."""
     out: list[Message] = []
-    extend_chat_messages(out, items)
+    extend_chat_messages(out, items, images=images)
     return out
 
 
 def extend_chat_messages(out: list[Message], items: list[InputItem],
-                         breaks: list[tuple[int, int]] | None = None, first: int = 0
-                         ) -> None:
+                         breaks: list[tuple[int, int]] | None = None, first: int = 0,
+                         images: Images | None = None) -> None:
     """Append the chat messages of ``items`` to ``out``, which must end where no assistant
     turn is open (the end of a whole conversion, or one of its breaks). ``breaks``: gets
     ``(first + i, len(out))`` for each place ``i`` (an item, or the end) where no
     assistant turn is open: the conversion of the items from there on, appended to
-    ``out[:len]``, continues this one exactly."""
+    ``out[:len]``, continues this one exactly. ``images``: gets the images turned into
+    markers (:data:`Images`; item ``i`` is ``first + i``)."""
     turn: _Turn | None = None
     for i, item in enumerate(items):
         if turn is None and breaks is not None:
@@ -162,7 +186,7 @@ def extend_chat_messages(out: list[Message], items: list[InputItem],
         if turn is not None:
             out.append(turn.message())
             turn = None
-        message = _outside_turn(item)
+        message = _outside_turn(item, images, first + i)
         if message is not None:
             out.append(message)
     if turn is not None:
@@ -171,13 +195,14 @@ def extend_chat_messages(out: list[Message], items: list[InputItem],
         breaks.append((first + len(items), len(out)))
 
 
-def _outside_turn(item: InputItem) -> Message | None:
+def _outside_turn(item: InputItem, images: Images | None, index: int) -> Message | None:
     """The chat message of an item that is not part of an assistant turn."""
     if isinstance(item, FunctionCallOutputItem):
-        return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output)}
+        return {"role": "tool", "tool_call_id": item.call_id,
+                "content": text_of(item.output, images, index, "output")}
     if isinstance(item, MessageItem):
         role = "system" if item.role == "developer" else item.role
-        return {"role": role, "content": text_of(item.content)}
+        return {"role": role, "content": text_of(item.content, images, index)}
     return None
 
 

@@ -4,11 +4,12 @@ Requests are validated strictly (``true`` is not an integer, ``"yes"`` is not a 
 an integer is a valid float) and unknown top-level fields are accepted and ignored, like
 the Chat Completions models (:mod:`tito.server.openai.models`). Tools are function tools,
 ``namespace`` tools (groups of function tools) and hosted tools (:data:`HOSTED_TOOLS`,
-validated loosely: they are left out of the render). Input items are the four
-kinds a text agent sends back and forth: ``message``, ``function_call``,
-``function_call_output`` and ``reasoning`` (an item without ``type`` but with a ``role`` is
-a message, as the SDK allows). Responses are TypedDicts that mypy checks where
-:mod:`tito.server.responses.convert` builds them and pydantic validates and serializes.
+validated loosely: they are left out of the render). Input items are the four kinds an
+agent sends back and forth: ``message``, ``function_call``, ``function_call_output`` and
+``reasoning`` (an item without ``type`` but with a ``role`` is a message, as the SDK
+allows); their content parts are text, or images (``--images``). Responses are
+TypedDicts that mypy checks where :mod:`tito.server.responses.convert` builds them and
+pydantic validates and serializes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from typing_extensions import TypedDict
 
@@ -40,7 +42,8 @@ class _Open(BaseModel):
 
 # -- content parts -----------------------------------------------------------------------
 TEXT_PARTS = ("input_text", "output_text")
-MEDIA_PARTS = ("input_image", "input_file", "input_audio")
+IMAGE_PART = "input_image"
+MEDIA_PARTS = ("input_file", "input_audio")
 
 
 class TextPart(_Open):
@@ -48,17 +51,30 @@ class TextPart(_Open):
     text: str
 
 
+class ImagePart(_Open):
+    """An image (a user message's, a function call's output): the marker text under
+    ``--images placeholder``, else 400 ``unsupported_content`` (design §7)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+Part = TextPart | ImagePart
+
+
 def check_text_parts(value: Any) -> Any:
-    """A list of content parts may hold only text parts (a clear 400 for images/files)."""
+    """A list of content parts may hold only text and image parts (a clear 400 for files
+    and audio)."""
     if isinstance(value, list):
         for i, part in enumerate(value):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             if kind in MEDIA_PARTS:
-                raise ValueError(f"content part {i} has type {kind!r}: images, files and "
-                                 "audio are not supported; send text parts only")
-            if kind not in TEXT_PARTS:
-                raise ValueError(f"content part {i} has type {kind!r}; only input_text and "
-                                 "output_text parts are supported")
+                raise ValueError(f"content part {i} has type {kind!r}: files and audio are "
+                                 "not supported; send text (or image) parts only")
+            if kind not in (*TEXT_PARTS, IMAGE_PART):
+                raise ValueError(f"content part {i} has type {kind!r}; only input_text, "
+                                 "output_text and input_image parts are supported")
     return value
 
 
@@ -66,9 +82,16 @@ def check_text_parts(value: Any) -> Any:
 class MessageItem(_Open):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[TextPart]
+    content: str | list[Part]
 
     _parts = field_validator("content", mode="before")(check_text_parts)
+
+    @model_validator(mode="after")
+    def _no_assistant_image(self) -> MessageItem:
+        if self.role == "assistant" and not isinstance(self.content, str) and \
+                any(isinstance(part, ImagePart) for part in self.content):
+            raise ValueError("an assistant message cannot carry an input_image part")
+        return self
 
 
 class FunctionCallItem(_Open):
@@ -85,7 +108,7 @@ class FunctionCallItem(_Open):
 class FunctionCallOutputItem(_Open):
     type: Literal["function_call_output"]
     call_id: str
-    output: str | list[TextPart]
+    output: str | list[Part]
 
     _parts = field_validator("output", mode="before")(check_text_parts)
 
