@@ -150,3 +150,23 @@ async def test_echoed_reasoning_folds_into_its_turn(stack: Any, text: str,
                       params={"include_messages": "true"}).json()
     assert [r["rolled_back"] for r in state["records"]] == [0, 0]
     assert [m["role"] for m in state["messages"]] == ["user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("text", ["Go on.\nLONG 40", "Go on.\nSAY a b c d e f g h i j k l",
+                                  "SAY"])
+async def test_every_streamed_turn_lists_the_responses_items(stack: Any, text: str) -> None:
+    """Cut by the length limit, or a turn with nothing to say: the items of
+    ``response.output_item.done`` are the final response's output."""
+    _, gateway = stack
+    client = client_for(gateway.url, new_session(gateway.url))
+    items: list[dict[str, Any]] = []
+    final: dict[str, Any] = {}
+    stream = await client.responses.create(model="m", input=text, max_output_tokens=8,
+                                           stream=True)
+    async for event in stream:
+        if event.type == "response.output_item.done":
+            assert event.output_index == len(items)
+            items.append(event.item.model_dump(exclude_none=True))
+        elif event.type in ("response.completed", "response.incomplete"):
+            final = event.response.model_dump(exclude_none=True)
+    assert items == final["output"] and items
