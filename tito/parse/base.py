@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from tito.types.messages import ParsedCompletion
+from tito.types.tokenizer import Tokenizer
 
-__all__ = ["api_finish_reason", "call_arguments", "make_call", "new_call_id",
+__all__ = ["api_finish_reason", "call_arguments", "ids_through", "make_call", "new_call_id",
            "stable_call_ids"]
 
 
@@ -50,3 +52,30 @@ def api_finish_reason(engine_finish: str, has_tool_calls: bool) -> str:
     if engine_finish == "abort":
         return "abort"
     return "tool_calls" if has_tool_calls else "stop"
+
+
+def ids_through(tokenizer: Tokenizer, output_ids: Sequence[int], marker: str, *,
+                skip_special_tokens: bool = False) -> int | None:
+    """How many of ``output_ids`` it takes for their text to hold ``marker``: the ids up to
+    and including the one that completes its first occurrence (None: the text of all of
+    them does not hold it). A marker that is one token is found by its id; one spelled
+    out in pieces by a binary search over decoded prefixes (a few decodes)."""
+    ids = list(output_ids)
+
+    def holds(n: int) -> bool:
+        return marker in tokenizer.decode(ids[:n], skip_special_tokens=skip_special_tokens)
+
+    marker_id = tokenizer.token_to_id(marker)
+    if marker_id is not None and marker_id in ids:
+        high = ids.index(marker_id)
+        if not holds(high):
+            return high + 1
+    elif holds(len(ids)):
+        high = len(ids)
+    else:
+        return None
+    low = 0  # holds(low) is false, holds(high) true
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if holds(mid) else (mid, high)
+    return high

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from tito.parse.base import api_finish_reason, make_call
 from tito.parse.tagged import Call, TaggedParser, json_object
@@ -59,3 +60,21 @@ class HarmonyParser(TaggedParser):
             tool_calls=calls,
             finish_reason=api_finish_reason(engine_finish, bool(calls)),
         )
+
+    def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
+        """The ids of the ``analysis`` messages (each from its ``<|start|>`` through its
+        ``<|end|>``; the first one's opener is the prompt's)."""
+        ids = list(output_ids)
+        start = self.tokenizer.token_to_id("<|start|>")
+        cuts = [0, *(i for i, t in enumerate(ids) if t == start and i), len(ids)]
+        return sum(b - a for a, b in pairwise(cuts)
+                   if _analysis(self.tokenizer.decode(ids[a:b])))
+
+
+def _analysis(segment: str) -> bool:
+    """Whether a completion's message is reasoning (as :meth:`HarmonyParser.parse` reads it)."""
+    header, sep, _ = segment.partition("<|message|>")
+    if not sep or _RECIPIENT.search(header) or "<|channel|>" not in header:
+        return False
+    channel = header.split("<|channel|>", 1)[1].split()
+    return bool(channel) and channel[0] == "analysis"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tito.parse.base import api_finish_reason, call_arguments, make_call
+from tito.parse.base import api_finish_reason, call_arguments, ids_through, make_call
 from tito.types.messages import ParsedCompletion
 from tito.types.tokenizer import Tokenizer
 
@@ -71,3 +71,11 @@ class HermesParser:
             tool_calls=calls,
             finish_reason=api_finish_reason(engine_finish, bool(calls)),
         )
+
+    def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
+        """The ids of ``parsed``'s reasoning: up to and including ``</think>`` (all of them
+        when the completion was cut inside the block)."""
+        if parsed.reasoning_content is None:
+            return 0
+        end = ids_through(self.tokenizer, output_ids, "</think>", skip_special_tokens=True)
+        return len(output_ids) if end is None else end

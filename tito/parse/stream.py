@@ -51,6 +51,10 @@ class Delta:
     """Tool calls complete since the last delta (OpenAI shape, final ids)."""
     first_call: int = 0
     """The index of ``calls[0]`` among the message's tool calls."""
+    has_reasoning: bool = False
+    """Whether the message, as parsed so far, has ``reasoning_content`` (even empty): a
+    stream that lists the reasoning as an item of its own opens it before the text and the
+    calls that follow it, also when it is empty."""
 
     def __bool__(self) -> bool:
         return bool(self.reasoning or self.content or self.calls)
@@ -85,7 +89,7 @@ class DeltaStream:
         return Delta(self._advance("reasoning", _stable(parsed.reasoning_content or "",
                                                          REASONING_MARKERS)),
                      self._advance("content", _stable(parsed.content or "", CALL_MARKERS)),
-                     new_calls, first)
+                     new_calls, first, parsed.reasoning_content is not None)
 
     def finish(self, parsed: ParsedCompletion) -> Delta:
         """The rest of the committed message's reasoning, content and tool calls."""
@@ -97,7 +101,8 @@ class DeltaStream:
         else:
             self.diverged.append("tool_calls")
         return Delta(self._rest("reasoning", parsed.reasoning_content or ""),
-                     self._rest("content", parsed.content or ""), rest, first)
+                     self._rest("content", parsed.content or ""), rest, first,
+                     parsed.reasoning_content is not None)
 
     def _advance(self, name: str, stable: str) -> str:
         sent: str = getattr(self, name)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tito.parse.base import api_finish_reason
+from tito.parse.base import api_finish_reason, ids_through
 from tito.types.messages import ParsedCompletion
 from tito.types.tokenizer import Tokenizer
 
@@ -85,6 +85,14 @@ class TaggedParser:
     def extract_calls(self, text: str) -> tuple[str, list[Call]]:
         """(content, calls) of the text after reasoning; unparsed calls stay in content."""
         return text, []
+
+    def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
+        """The ids of ``parsed``'s reasoning: up to and including the block's closing tag
+        (all of them when the completion was cut inside the block)."""
+        if parsed.reasoning_content is None or self.think_end is None:
+            return 0
+        end = ids_through(self.tokenizer, output_ids, self.think_end)
+        return len(output_ids) if end is None else end
 
     def parse(self, output_ids: Sequence[int], engine_finish: str) -> ParsedCompletion:
         text = self.text_of(output_ids)

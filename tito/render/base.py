@@ -34,6 +34,8 @@ from tito.types.messages import Message, ParsedCompletion, Parser
 from tito.types.tokenizer import Tokenizer
 
 ALL_ROLES = frozenset({"system", "user", "assistant", "tool"})
+THINKING_OFF = ("none", "minimal")
+"""OpenAI reasoning efforts that switch a family's thinking off (``effort_kwargs``)."""
 
 DUMMY_SYSTEM: Message = {"role": "system", "content": "dummy system"}
 DUMMY_USER: Message = {"role": "user", "content": "dummy user"}
@@ -63,6 +65,11 @@ class FamilySpec:
     """The template kwarg that switches thinking on and off (e.g. ``enable_thinking``)."""
     thinking_default: bool = True
     """Whether thinking is on when the request does not set ``thinking_kwarg``."""
+    effort_kwarg: str | None = None
+    """The template kwarg that takes a reasoning effort level (gpt-oss: ``reasoning_effort``)."""
+    effort_levels: dict[str, str] = field(default_factory=dict)
+    """OpenAI's ``reasoning.effort`` / ``reasoning_effort`` values -> the level
+    ``effort_kwarg`` gets (a value not listed sets nothing)."""
     max_trailing_trim: int = 0
     """Declared trailing trim: stored ids the next turn's junction may drop."""
     assistant_start: str | None = None
@@ -192,6 +199,27 @@ class TemplateRenderer:
             return True
         value = self.effective_kwargs(template_kwargs).get(kwarg)
         return value is not False if self.spec.thinking_default else value is True
+
+    def effort_kwargs(self, effort: str) -> dict[str, Any]:
+        """The template kwargs of OpenAI's reasoning effort (design §4.3): the thinking
+        switch off for :data:`THINKING_OFF` and on for any other effort, where the family
+        has one; the family's level where its template takes one. A kwarg the family pins
+        is left as pinned."""
+        out: dict[str, Any] = {}
+        if self.spec.thinking_kwarg is not None and self.spec.reasoning:
+            out[self.spec.thinking_kwarg] = effort not in THINKING_OFF
+        level = self.spec.effort_levels.get(effort)
+        if self.spec.effort_kwarg is not None and level is not None:
+            out[self.spec.effort_kwarg] = level
+        return {k: v for k, v in out.items() if k not in self.spec.pinned_kwargs}
+
+    def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
+        """How many of the generated ids are the reasoning of ``parsed`` (its parse): the
+        family's parser counts them from the ids (``reasoning_tokens``; 0 for a parser
+        that cannot)."""
+        count = getattr(self.parser, "reasoning_tokens", None)
+        return 0 if count is None or parsed.reasoning_content is None else \
+            int(count(output_ids, parsed))
 
     def completion_stop_text(self, message: Message) -> str:
         """The stop token a model emits at the end of ``message`` (hook for families)."""

@@ -39,13 +39,22 @@ def output(k: int) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": f"call_{k}", "output": TEXT * 2}
 
 
+def looked(k: int) -> dict[str, Any]:
+    """A user message and a function call's output, with images."""
+    return {"type": "function_call_output", "call_id": f"call_{k}", "output": [
+        {"type": "input_text", "text": "see"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}
+
+
 def decoded(raw: bytes, state: ApiState | None,
-            known: list[dict[str, Any]] | None = None) -> tuple[Any, Any]:
+            known: list[dict[str, Any]] | None = None) -> tuple[Any, ...]:
+    images: list[str] = []
     try:
-        request, messages = decode_responses(raw, 64, state=state, stored=known)
+        request, messages = decode_responses(raw, 64, state=state, stored=known,
+                                             images=images)
     except BadRequest as exc:
         return "error", exc.message
-    return request.model_dump(), messages
+    return request.model_dump(), messages, images
 
 
 def test_a_growing_input_decodes_as_whole_and_reuses_the_earlier_conversion() -> None:
@@ -110,8 +119,10 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
         if step == "turn":
             candidate += [reasoning(k), said(k), call(k), output(k)]
         elif step == "part":
-            candidate.append(rng.choice([reasoning(k), said(k), call(k), output(k),
-                                         {"role": "user", "content": f"u{k}"}]))
+            candidate.append(rng.choice([
+                reasoning(k), said(k), call(k), output(k), looked(k),
+                {"role": "user", "content": f"u{k}"},
+                {"role": "user", "content": [{"type": "input_image", "file_id": f"f{k}"}]}]))
         elif step == "rest":
             rest = rng.choice([{"instructions": "be brief"}, {}, {"temperature": 0.5},
                                {"instructions": "other", "max_output_tokens": 9},
@@ -130,3 +141,22 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
             assert state.responses_body is before
         else:
             items = candidate
+
+
+def test_images_of_reused_items_are_still_listed() -> None:
+    """An image becomes the marker text, and the places of every image of the input are
+    listed, also those of items an extended body did not convert again."""
+    state = ApiState()
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "input_text", "text": "look: "},
+                                     {"type": "input_image", "image_url": "data:,"}]},
+        reasoning(0), said(0), call(0), looked(0)]
+    places = ["input[0].content[1]", "input[4].output[1]"]
+    first = decoded(body(items), state)
+    assert first[2] == places
+    assert first[1][0] == {"role": "user", "content": "look: [image]"}
+    assert first[1][-1] == {"role": "tool", "tool_call_id": "call_0", "content": "see[image]"}
+    items += [reasoning(1), said(1), {"role": "user", "content": "more"}]
+    again = decoded(body(items), state)
+    assert again == decoded(body(items), None) and again[2] == places
+    assert state.responses_body.open_from == len(items)

@@ -256,9 +256,16 @@ async def test_sample_equals_chat_completions(stack: Any) -> None:
     ({"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]},
-     "invalid_request", "images, files and audio are not supported"),
-    ({"tools": [{"type": "web_search"}]}, "unsupported_tool",
-     "tools.0 has type 'web_search', which is not supported"),
+     "unsupported_content", "input[0].content[1] is an image, and the gateway renders "
+                            "text only; start tito serve with --images placeholder"),
+    ({"input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file_1"}]}]},
+     "invalid_request", "files and audio are not supported"),
+    ({"tools": [{"type": "custom", "name": "apply_patch"}]}, "unsupported_tool",
+     "tools.0 has type 'custom', which is not supported"),
+    ({"tools": [{"type": "namespace", "name": "ns", "description": "",
+                 "tools": [{"type": "custom", "name": "x"}]}]}, "unsupported_tool",
+     "tools.0.tools.0 has type 'custom', which is not supported"),
     ({"conversation": "conv_1"}, "unsupported_parameter",
      "conversation is not supported on /v1/responses"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "unsupported_item",

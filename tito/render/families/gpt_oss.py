@@ -6,6 +6,7 @@
   shows ``<|end|>`` where the model emitted ``<|return|>``: the stored ``<|return|>`` is
   dropped and ``<|end|>`` rendered (declared trailing trim: 1). ``<|call|>`` stays.
 - All roles append (a later system message renders as a developer message).
+- Reasoning effort: OpenAI's effort sets the template's ``reasoning_effort`` (``EFFORTS``).
 - Completions: ``analysis`` -> reasoning, ``final``/``commentary`` -> content,
   ``to=functions.N`` -> tool calls.
 """
@@ -21,6 +22,10 @@ from tito.types.tokenizer import Tokenizer
 
 FIXTURE = "gpt-oss"
 STOPS = ("<|return|>", "<|call|>")
+EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
+           "high": "high", "xhigh": "high"}
+"""OpenAI reasoning efforts -> the template's ``Reasoning:`` level (gpt-oss always
+reasons: ``none`` and ``minimal`` are its lowest level)."""
 
 
 class HarmonyRenderer(TemplateRenderer):
@@ -38,5 +43,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         max_trailing_trim=1,
         trailing_tokens=("<|return|>", "<|end|>", "<|call|>"),
         turn_openers=("<|start|>",),
+        effort_kwarg="reasoning_effort",
+        effort_levels=EFFORTS,
     )
     return HarmonyRenderer(tokenizer, spec, HarmonyParser(tokenizer, stop_texts=STOPS))

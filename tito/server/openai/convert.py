@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from tito.server.gateway import TurnOutcome
@@ -64,8 +65,10 @@ def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> 
     )
 
 
-def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
-    """The ``chat.completion`` of a turn."""
+def completion(outcome: TurnOutcome, model: str, reasoning_tokens: int = 0
+               ) -> ChatCompletion:
+    """The ``chat.completion`` of a turn; ``reasoning_tokens``: the generated ids of the
+    reasoning."""
     parsed = outcome.parsed
     message: AssistantMessage = {"role": "assistant", "content": parsed.content}
     if parsed.reasoning_content is not None:
@@ -81,5 +84,22 @@ def completion(outcome: TurnOutcome, model: str) -> ChatCompletion:
                      "finish_reason": parsed.finish_reason}],
         "usage": {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": generated,
                   "total_tokens": outcome.prompt_tokens + generated,
-                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens}},
+                  "prompt_tokens_details": {"cached_tokens": outcome.result.cached_tokens},
+                  "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}},
     }
+
+
+# -- reasoning effort and hosted tools -----------------------------------------------------
+def with_effort(turn: TurnRequest, chat: ChatCompletionRequest,
+                effort_kwargs: Callable[[str], dict[str, Any]]) -> None:
+    """``turn`` with what ``reasoning_effort`` sets (``effort_kwargs``: the renderer's
+    :meth:`~tito.render.base.TemplateRenderer.effort_kwargs`) under the request's
+    ``chat_template_kwargs``, which win."""
+    if chat.reasoning_effort is not None:
+        turn.template_kwargs = {**effort_kwargs(chat.reasoning_effort),
+                                **(chat.chat_template_kwargs or {})} or None
+
+
+def hosted_names(chat: ChatCompletionRequest) -> list[str]:
+    """The hosted tools a chat request asks for (``web_search_options``)."""
+    return ["web_search"] if chat.web_search_options is not None else []

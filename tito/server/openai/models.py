@@ -85,6 +85,11 @@ class ChatCompletionRequest(_Open):
     model: str | None = None
     tools: list[Tool] | None = None
     tool_choice: Any = None
+    reasoning_effort: str | None = None
+    """Drives the family's thinking switch and effort level (docs/apis.md); an explicit
+    ``chat_template_kwargs`` wins."""
+    web_search_options: Any = None
+    """OpenAI's hosted web search: left out of the render (``--hosted-tools``)."""
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -212,11 +217,18 @@ class PromptTokensDetails(TypedDict):
     cached_tokens: int
 
 
+class CompletionTokensDetails(TypedDict):
+    reasoning_tokens: int
+    """The generated ids of the reasoning (through the family's reasoning end token)."""
+
+
 class Usage(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: NotRequired[CompletionTokensDetails]
+    """Always sent by the gateway."""
 
 
 class ChatCompletion(TypedDict):

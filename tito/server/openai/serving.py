@@ -18,12 +18,20 @@ from starlette.responses import Response
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
 from tito.server.errors import error_body
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.openai.convert import completion, turn_request
+from tito.server.openai.convert import completion, hosted_names, turn_request, with_effort
 from tito.server.openai.decode import DecodedChat, decode_chat
 from tito.server.openai.events import DONE, live_events
-from tito.server.openai.models import CHAT_COMPLETION, MODEL_LIST, ChatCompletion, ModelList
+from tito.server.openai.models import (
+    CHAT_COMPLETION,
+    MODEL_LIST,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelList,
+)
 from tito.server.serving import TurnStream
+from tito.server.unsupported import NOTE_HOSTED_TOOLS, hosted_tools_refused, warn_hosted_once
 from tito.types.errors import TitoError
+from tito.types.messages import TurnRequest
 
 JSON = "application/json"
 
@@ -41,12 +49,15 @@ class ChatCompletions:
     def prepare(self, ctx: TurnContext, request: DecodedChat) -> ApiTurn[DecodedChat]:
         turn = turn_request(request.data, request.request, request.stored_prefix,
                             request.developer)
+        harness_settings(ctx, request.request, turn)
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
                        ctx.gateway.model_name)
 
     def reply(self, ctx: TurnContext, turn: ApiTurn[DecodedChat], outcome: TurnOutcome,
               response_id: str) -> ChatCompletion:
-        return completion(outcome, turn.model)
+        reasoning = ctx.gateway.renderer.reasoning_tokens(outcome.result.output_ids,
+                                                          outcome.parsed)
+        return completion(outcome, turn.model, reasoning)
 
     def dump(self, body: ChatCompletion) -> bytes:
         return CHAT_COMPLETION.dump(body)
@@ -58,6 +69,19 @@ class ChatCompletions:
         return EventStream(live_events(stream, ctx.gateway.renderer.parse, turn.model,
                                        response_id, bool(options and options.include_usage),
                                        reply), error_event, DONE)
+
+
+def harness_settings(ctx: TurnContext, chat: ChatCompletionRequest, turn: TurnRequest
+                     ) -> None:
+    """``turn`` with the template kwargs of ``reasoning_effort`` and the note of the hosted
+    tools left out of the render (warned once per session and tool; 400 under
+    ``--hosted-tools error``)."""
+    with_effort(turn, chat, ctx.gateway.renderer.effort_kwargs)
+    hosted = hosted_names(chat)
+    if hosted:
+        hosted_tools_refused(ctx.gateway.config.hosted_tools, hosted, "the request")
+        warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
+        turn.notes = {**(turn.notes or {}), NOTE_HOSTED_TOOLS: hosted}
 
 
 def error_event(error: TitoError) -> bytes:

@@ -3,23 +3,34 @@
 The conversion is deterministic, so resending the same history gives byte-identical
 message dicts (the session's replay matching compares them, design §5.3):
 
-- a run of ``reasoning``, assistant ``message`` and ``function_call`` items, in that order,
-  is ONE assistant message ``{"role", "content", "reasoning_content"?, "tool_calls"?}``:
-  the keys, their order and presence are those of
+- a run of ``reasoning``, assistant ``message`` and ``function_call`` items is ONE
+  assistant message ``{"role", "content", "reasoning_content"?, "tool_calls"?}``: the
+  keys, their order and presence are those of
   :meth:`~tito.types.messages.ParsedCompletion.to_message`, so a client that echoes the
   output items of a response back matches the assistant message the session stored. A
-  reasoning item that follows any part of the run, or an assistant message that follows
-  a message or a call, starts a new one (a response's output is at most one reasoning
-  item and one message, then its calls);
+  turn holds one reasoning item, wherever it stands among the turn's other items (a
+  client that rebuilt the turn from stream events may list it after the calls), one
+  message and any number of calls: a second reasoning item starts a new turn, and so
+  does an assistant message that follows a message or a call (a reasoning item right
+  before such a message opens the message's turn);
+- a ``function_call`` of a namespace tool (``namespace`` set) is the call of its flat
+  name (:func:`flat_name`), the name the model saw and called;
 - ``function_call_output`` -> ``{"role": "tool", "tool_call_id", "content"}``;
 - user/system/developer messages -> ``{"role", "content"}`` (``developer`` read as
-  ``system``); content parts are joined with ``""``.
+  ``system``); content parts are joined with ``""``, an ``input_image`` part (a user
+  message's, a function call's output) as :data:`~tito.server.unsupported.IMAGE_MARKER`,
+  noted (:data:`Images`) for the ``--images`` policy.
+
+Tools: function tools are rendered as they are, the function tools of a ``namespace``
+tool under their flat names, and hosted tools (``web_search``, ``file_search``, ``mcp``
+...) are left out (:func:`hosted_names`; ``--hosted-tools``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,26 +39,60 @@ from tito.server.responses.models import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
+    HostedTool,
+    ImagePart,
     InputItem,
     MessageItem,
+    NamespaceTool,
     OutputFunctionCall,
     OutputItem,
+    Part,
     ReasoningItem,
     ResponseBody,
     ResponsesRequest,
-    TextPart,
+    Tool,
 )
+from tito.server.unsupported import IMAGE_MARKER
 from tito.types.engine import SamplingParams
+from tito.types.errors import BadRequest
 from tito.types.messages import Message
 
-REASONING, MESSAGE, CALL = 0, 1, 2
-"""The order of the parts of one assistant turn among the input items."""
-THINKING_OFF = ("none", "minimal")
-"""``reasoning.effort`` values that switch the family's thinking off."""
+Spaces = Mapping[str, tuple[str, str]]
+"""A flat tool name (as the model calls it) -> (namespace, name) of the function tools of
+a request's namespace tools."""
+SEPARATORS = "_-.:/"
+"""A namespace that ends with one of these is joined to its tools' names as it is."""
 
 
-def text_of(content: str | list[TextPart]) -> str:
-    return content if isinstance(content, str) else "".join(p.text for p in content)
+def flat_name(namespace: str | None, name: str) -> str:
+    """The name the model calls a namespace's function tool by: the namespace and the
+    name, joined with ``__`` unless the namespace ends with a separator (Codex's MCP
+    namespaces, ``mcp__server__``, do)."""
+    if not namespace:
+        return name
+    return namespace + name if namespace[-1] in SEPARATORS else f"{namespace}__{name}"
+
+
+Images = list[tuple[int, str]]
+"""The images a conversion turned into :data:`~tito.server.unsupported.IMAGE_MARKER`: (the
+item's index, the part's place, e.g. ``input[3].content[1]``)."""
+
+
+def text_of(content: str | list[Part], images: Images | None = None, index: int = 0,
+            field: str = "content") -> str:
+    """The text of ``content``: its parts joined with ``""``, an image as the marker
+    (noted in ``images``)."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, ImagePart):
+            texts.append(IMAGE_MARKER)
+            if images is not None:
+                images.append((index, f"input[{index}].{field}[{j}]"))
+        else:
+            texts.append(part.text)
+    return "".join(texts)
 
 
 def reasoning_text(item: ReasoningItem) -> str:
@@ -57,28 +102,35 @@ def reasoning_text(item: ReasoningItem) -> str:
     return "".join(p.text for p in item.summary)
 
 
+AssistantItem = ReasoningItem | MessageItem | FunctionCallItem
+
+
 @dataclass
 class _Turn:
     """One assistant message being assembled from consecutive items."""
 
-    rank: int = -1
-    """The last part added (:data:`REASONING`, :data:`MESSAGE` or :data:`CALL`)."""
     reasoning: str | None = None
     content: str | None = None
+    has_message: bool = False
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def accepts(self, rank: int) -> bool:
-        return rank > self.rank or rank == self.rank == CALL
-
-    def add(self, item: ReasoningItem | MessageItem | FunctionCallItem) -> None:
+    def accepts(self, item: AssistantItem, following: InputItem | None) -> bool:
+        """Whether ``item`` is part of this turn (``following``: the item after it)."""
         if isinstance(item, ReasoningItem):
-            self.rank, self.reasoning = REASONING, reasoning_text(item)
+            return self.reasoning is None and not _assistant_message(following)
+        if isinstance(item, MessageItem):
+            return not (self.has_message or self.calls)
+        return True
+
+    def add(self, item: AssistantItem) -> None:
+        if isinstance(item, ReasoningItem):
+            self.reasoning = reasoning_text(item)
         elif isinstance(item, MessageItem):
-            self.rank, self.content = MESSAGE, text_of(item.content)
+            self.has_message, self.content = True, text_of(item.content)
         else:
-            self.rank = CALL
             self.calls.append({"id": item.call_id, "type": "function",
-                               "function": {"name": item.name, "arguments": item.arguments}})
+                               "function": {"name": flat_name(item.namespace, item.name),
+                                            "arguments": item.arguments}})
 
     def message(self) -> Message:
         """In the key order of ``ParsedCompletion.to_message``."""
@@ -90,49 +142,51 @@ class _Turn:
         return message
 
 
-def _rank(item: InputItem) -> int | None:
-    """The item's place in an assistant turn; None: not part of one."""
-    if isinstance(item, ReasoningItem):
-        return REASONING
-    if isinstance(item, FunctionCallItem):
-        return CALL
-    if isinstance(item, MessageItem) and item.role == "assistant":
-        return MESSAGE
+def _assistant_message(item: InputItem | None) -> bool:
+    return isinstance(item, MessageItem) and item.role == "assistant"
+
+
+def _assistant_part(item: InputItem) -> AssistantItem | None:
+    """The item when it is part of an assistant turn."""
+    if isinstance(item, ReasoningItem | FunctionCallItem) or _assistant_message(item):
+        return item  # type: ignore[return-value]
     return None
 
 
-def chat_messages(items: list[InputItem]) -> list[Message]:
-    """Input items -> chat messages (see the module docstring)."""
+def chat_messages(items: list[InputItem], images: Images | None = None) -> list[Message]:
+    """Input items -> chat messages (see the module docstring); ``images`` gets the
+    images turned into markers."""
     out: list[Message] = []
-    extend_chat_messages(out, items)
+    extend_chat_messages(out, items, images=images)
     return out
 
 
 def extend_chat_messages(out: list[Message], items: list[InputItem],
-                         breaks: list[tuple[int, int]] | None = None, first: int = 0
-                         ) -> None:
+                         breaks: list[tuple[int, int]] | None = None, first: int = 0,
+                         images: Images | None = None) -> None:
     """Append the chat messages of ``items`` to ``out``, which must end where no assistant
     turn is open (the end of a whole conversion, or one of its breaks). ``breaks``: gets
     ``(first + i, len(out))`` for each place ``i`` (an item, or the end) where no
     assistant turn is open: the conversion of the items from there on, appended to
-    ``out[:len]``, continues this one exactly."""
+    ``out[:len]``, continues this one exactly. ``images``: gets the images turned into
+    markers (:data:`Images`; item ``i`` is ``first + i``)."""
     turn: _Turn | None = None
     for i, item in enumerate(items):
         if turn is None and breaks is not None:
             breaks.append((first + i, len(out)))
-        rank = _rank(item)
-        if rank is not None:
-            assert not isinstance(item, FunctionCallOutputItem)
-            if turn is None or not turn.accepts(rank):
+        part = _assistant_part(item)
+        if part is not None:
+            following = items[i + 1] if i + 1 < len(items) else None
+            if turn is None or not turn.accepts(part, following):
                 if turn is not None:
                     out.append(turn.message())
                 turn = _Turn()
-            turn.add(item)
+            turn.add(part)
             continue
         if turn is not None:
             out.append(turn.message())
             turn = None
-        message = _outside_turn(item)
+        message = _outside_turn(item, images, first + i)
         if message is not None:
             out.append(message)
     if turn is not None:
@@ -141,13 +195,14 @@ def extend_chat_messages(out: list[Message], items: list[InputItem],
         breaks.append((first + len(items), len(out)))
 
 
-def _outside_turn(item: InputItem) -> Message | None:
+def _outside_turn(item: InputItem, images: Images | None, index: int) -> Message | None:
     """The chat message of an item that is not part of an assistant turn."""
     if isinstance(item, FunctionCallOutputItem):
-        return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output)}
+        return {"role": "tool", "tool_call_id": item.call_id,
+                "content": text_of(item.output, images, index, "output")}
     if isinstance(item, MessageItem):
         role = "system" if item.role == "developer" else item.role
-        return {"role": role, "content": text_of(item.content)}
+        return {"role": role, "content": text_of(item.content, images, index)}
     return None
 
 
@@ -162,28 +217,67 @@ def with_instructions(messages: list[Message], instructions: str | None) -> list
     return [system, *messages]
 
 
-def chat_tools(tools: list[FunctionTool] | None) -> list[dict[str, Any]] | None:
-    """Function tools in the Chat Completions shape (``strict`` is not part of it)."""
-    if not tools:
-        return None
+def chat_tools(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
+    """The function tools, and those of each namespace under their flat names, in the Chat
+    Completions shape (``strict`` is not part of it); hosted tools are left out. A
+    namespace's description opens the description of each of its tools."""
     out = []
-    for tool in tools:
-        function: dict[str, Any] = {"name": tool.name}
-        if tool.description is not None:
-            function["description"] = tool.description
-        if tool.parameters is not None:
-            function["parameters"] = tool.parameters
-        out.append({"type": "function", "function": function})
-    return out
+    for tool in tools or ():
+        if isinstance(tool, FunctionTool):
+            out.append(_chat_tool(tool.name, tool.description, tool.parameters))
+        elif isinstance(tool, NamespaceTool):
+            for member in tool.tools:
+                about = "\n\n".join(t for t in (tool.description, member.description) if t)
+                out.append(_chat_tool(flat_name(tool.name, member.name), about or None,
+                                      member.parameters))
+    names = [t["function"]["name"] for t in out]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise BadRequest(f"tools: more than one tool is called {', '.join(twice)} (a "
+                         "namespace's tools are called by the namespace and the name "
+                         "joined)", code="invalid_request")
+    return out or None
 
 
-def template_kwargs(request: ResponsesRequest, thinking_kwarg: str | None
+def _chat_tool(name: str, description: str | None, parameters: dict[str, Any] | None
+               ) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": name}
+    if description is not None:
+        function["description"] = description
+    if parameters is not None:
+        function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
+def namespace_spaces(tools: list[Tool] | None) -> Spaces:
+    """Flat name -> (namespace, name) of the request's namespace tools."""
+    return {flat_name(tool.name, member.name): (tool.name, member.name)
+            for tool in tools or () if isinstance(tool, NamespaceTool)
+            for member in tool.tools}
+
+
+def hosted_names(tools: list[Tool] | None) -> list[str]:
+    """The request's hosted tools by type (an ``mcp`` tool with its ``server_label``),
+    each once, in order."""
+    names: list[str] = []
+    for tool in tools or ():
+        if isinstance(tool, HostedTool):
+            label = getattr(tool, "server_label", None)
+            name = f"{tool.type}:{label}" if isinstance(label, str) else tool.type
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def template_kwargs(request: ResponsesRequest, effort_kwargs: Callable[[str], dict[str, Any]]
                     ) -> dict[str, Any] | None:
-    """``reasoning.effort`` none/minimal switches thinking off where the family can."""
+    """The template kwargs ``reasoning.effort`` sets (``effort_kwargs``: the renderer's
+    :meth:`~tito.render.base.TemplateRenderer.effort_kwargs`) under the request's own
+    ``chat_template_kwargs``, which win."""
     effort = request.reasoning.effort if request.reasoning is not None else None
-    if effort in THINKING_OFF and thinking_kwarg is not None:
-        return {thinking_kwarg: False}
-    return None
+    kwargs = {**(effort_kwargs(effort) if effort is not None else {}),
+              **(request.chat_template_kwargs or {})}
+    return kwargs or None
 
 
 def sampling_params(request: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
@@ -205,18 +299,25 @@ def item_id(response_id: str, kind: str, index: int = 0) -> str:
     return f"{kind}_{digest}"
 
 
-def call_item(response_id: str, index: int, call: dict[str, Any], *,
-              done: bool = True) -> OutputFunctionCall:
+def call_item(response_id: str, index: int, call: dict[str, Any], spaces: Spaces | None,
+              *, done: bool = True) -> OutputFunctionCall:
     """A tool call as a ``function_call`` item (``done=False``: as a stream opens it,
-    ``in_progress`` and without its arguments)."""
+    ``in_progress`` and without its arguments); the call of a namespace tool's function
+    (``spaces``) names the namespace and the function apart, as Codex expects."""
     function = call["function"]
-    return {"type": "function_call", "id": item_id(response_id, "fc", index),
-            "call_id": call["id"], "name": function["name"],
-            "arguments": function["arguments"] if done else "",
-            "status": "completed" if done else "in_progress"}
+    item: OutputFunctionCall = {
+        "type": "function_call", "id": item_id(response_id, "fc", index),
+        "call_id": call["id"], "name": function["name"],
+        "arguments": function["arguments"] if done else "",
+        "status": "completed" if done else "in_progress"}
+    space = spaces.get(function["name"]) if spaces else None
+    if space is not None:
+        item["namespace"], item["name"] = space
+    return item
 
 
-def output_items(outcome: TurnOutcome, response_id: str) -> list[OutputItem]:
+def output_items(outcome: TurnOutcome, response_id: str, spaces: Spaces | None = None
+                 ) -> list[OutputItem]:
     """The turn's assistant message as output items: its reasoning (whenever the message
     has ``reasoning_content``, even empty), its text, its calls. A turn that produced none
     of these still gets an (empty) message item, so that echoing the output back keeps
@@ -235,18 +336,24 @@ def output_items(outcome: TurnOutcome, response_id: str) -> list[OutputItem]:
                       "status": "incomplete" if incomplete else "completed",
                       "content": [{"type": "output_text", "text": parsed.content or "",
                                    "annotations": []}]})
-    items += [call_item(response_id, i, call) for i, call in enumerate(parsed.tool_calls)]
+    items += [call_item(response_id, i, call, spaces)
+              for i, call in enumerate(parsed.tool_calls)]
     return items
 
 
-def echoed_tools(tools: list[FunctionTool] | None) -> list[dict[str, Any]]:
+def echoed_tools(tools: list[Tool] | None) -> list[dict[str, Any]]:
+    """The request's tools as the response lists them (a function tool with all its
+    fields, others as sent)."""
     return [{"type": "function", "name": t.name, "description": t.description,
-             "parameters": t.parameters, "strict": t.strict} for t in tools or ()]
+             "parameters": t.parameters, "strict": t.strict}
+            if isinstance(t, FunctionTool) else t.model_dump(exclude_unset=True)
+            for t in tools or ()]
 
 
 def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: str,
-                  model: str) -> ResponseBody:
-    """The ``response`` of a turn, echoing the request's settings as OpenAI does."""
+                  model: str, reasoning_tokens: int = 0) -> ResponseBody:
+    """The ``response`` of a turn, echoing the request's settings as OpenAI does;
+    ``reasoning_tokens``: the generated ids of the reasoning."""
     finish = outcome.parsed.finish_reason
     generated = len(outcome.result.output_ids)
     body: ResponseBody = {
@@ -256,12 +363,12 @@ def response_body(outcome: TurnOutcome, request: ResponsesRequest, response_id: 
         "status": "incomplete" if finish == "length" else
                   "cancelled" if finish == "abort" else "completed",
         "model": model,
-        "output": output_items(outcome, response_id),
+        "output": output_items(outcome, response_id, namespace_spaces(request.tools)),
         "usage": {"input_tokens": outcome.prompt_tokens,
                   "input_tokens_details": {"cached_tokens": outcome.result.cached_tokens,
                                            "cache_write_tokens": 0},
                   "output_tokens": generated,
-                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                   "total_tokens": outcome.prompt_tokens + generated},
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,

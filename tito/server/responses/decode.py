@@ -22,6 +22,10 @@ New chat messages that are the same JSON as the session's stored message at thei
 (the assistant turn the client echoes back) are replaced by the stored object, as the
 Messages route does (:mod:`tito.server.anthropic.decode`).
 
+The places of the input's images (each converted to the marker text; the ``--images``
+policy is applied by the caller) are listed for every decode: those of the items before
+the resumption place are kept in the state with the chat messages.
+
 Pure: no I/O. The state lives in the session's :class:`~tito.server.api_state.ApiState`
 (``responses_body``).
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tito.server.api_state import ApiState
-from tito.server.growing_body import GrowingBody, share_stored, without_elements
+from tito.server.growing_body import GrowingBody, Parsed, share_stored, without_elements
 from tito.server.http import check_depth, decode_growing, decode_json
 from tito.server.responses.convert import extend_chat_messages
 from tito.server.responses.models import (
@@ -62,45 +66,27 @@ class LastBody:
     """... the length of ``chat`` there ..."""
     open_items: list[InputItem]
     """... and the validated items from there on (the only ones kept)."""
+    images: tuple[tuple[int, str], ...] = ()
+    """The images of the items before ``open_from`` (item index, place)."""
 
 
 def decode_responses(body: bytes, max_depth: int, *, state: ApiState | None = None,
-                     stored: list[Message] | None = None
+                     stored: list[Message] | None = None, images: list[str] | None = None
                      ) -> tuple[ResponsesRequest, list[Message]]:
     """JSON body -> (its validated request *without its input*, its input as chat
     messages). ``state``: the session's API state, where the last body is kept (None: decode
     whole, keep nothing). ``stored``: the session's stored messages (a copy taken on the
-    event loop), for a stateless client whose input is the whole conversation."""
+    event loop), for a stateless client whose input is the whole conversation.
+    ``images``: gets the places of the input's images (each now the marker text)."""
     last = state.responses_body if state is not None else None
     parsed = decode_growing(body, "input", None if last is None else last.parsed,
                             keep=state is not None)
-    reused = parsed.extended if last is not None else 0  # every item of the last body
-    if reused and last is not None:
-        data = parsed.data
-        try:
-            if parsed.same_rest:  # the other members are last body's: so is their check
-                new = data["input"][reused:]
-                check_depth({"input": new}, max_depth)
-                request = last.request
-                fresh = [parse_item(item, i) for i, item in enumerate(new, start=reused)]
-            else:
-                request, fresh = parse_responses_request(data, max_depth=max_depth,
-                                                         skip=reused)
-        except BadRequest:
-            reused = 0  # the reused items are placeholders here: word it from the whole body
-    if reused and last is not None:
-        start, resume = last.open_from, last.open_chat
-        items = [*last.open_items, *fresh]
-        chat = last.chat[:resume]
-    else:
-        request, items = parse_responses_request(
-            decode_json(body) if last is not None and parsed.extended else parsed.data,
-            max_depth=max_depth)
-        start = resume = 0
-        chat = []
+    request, items, start, resume = _parse(body, parsed, last, max_depth)
+    chat = last.chat[:resume] if last is not None else []  # resume 0: convert all
+    found = [i for i in last.images if i[0] < start] if last is not None else []
     request = request.model_copy(update={"input": []}) if request.input else request
     breaks: list[tuple[int, int]] = []
-    extend_chat_messages(chat, items, breaks, first=start)
+    extend_chat_messages(chat, items, breaks, first=start, images=found)
     open_from, open_chat = breaks[-1]
     if stored and request.previous_response_id is None:
         # the turn's messages are `chat` after the instructions' system message, inserted
@@ -109,6 +95,33 @@ def decode_responses(body: bytes, max_depth: int, *, state: ApiState | None = No
             chat and chat[0].get("role") == "system")
         share_stored(chat, resume, stored, 1 if inserted else 0)
     if state is not None:
-        state.responses_body = LastBody(without_elements(parsed.state), request, chat,
-                                        open_from, open_chat, items[open_from - start:])
+        state.responses_body = LastBody(
+            without_elements(parsed.state), request, chat, open_from, open_chat,
+            items[open_from - start:], tuple(i for i in found if i[0] < open_from))
+    if images is not None:
+        images.extend(place for _, place in found)
     return request, list(chat)  # the state's list stays as it is
+
+
+def _parse(body: bytes, parsed: Parsed, last: LastBody | None, max_depth: int
+           ) -> tuple[ResponsesRequest, list[InputItem], int, int]:
+    """(the request, the items to convert, the index of the first of them, the length of
+    the last body's chat messages the conversion continues; 0, 0: convert all)."""
+    reused = parsed.extended if last is not None else 0  # every item of the last body
+    if reused and last is not None:
+        data = parsed.data
+        try:
+            if parsed.same_rest:  # the other members are last body's: so is their check
+                new = data["input"][reused:]
+                check_depth({"input": new}, max_depth)
+                fresh = [parse_item(item, i) for i, item in enumerate(new, start=reused)]
+                return last.request, [*last.open_items, *fresh], last.open_from, \
+                    last.open_chat
+            request, fresh = parse_responses_request(data, max_depth=max_depth, skip=reused)
+            return request, [*last.open_items, *fresh], last.open_from, last.open_chat
+        except BadRequest:
+            pass  # the reused items are placeholders here: word it from the whole body
+    request, items = parse_responses_request(
+        decode_json(body) if last is not None and parsed.extended else parsed.data,
+        max_depth=max_depth)
+    return request, items, 0, 0

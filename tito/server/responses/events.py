@@ -1,14 +1,18 @@
 """The Responses API's stream events for a turn as the engine generates it.
 
-``response.created`` and ``response.in_progress`` (the response without output), then per
-output item, in order: a ``reasoning`` item (``response.reasoning_summary_text.delta``), a
-``message`` item (``response.output_text.delta``) and one ``function_call`` item per tool
-call, sent as soon as the call is complete (``response.function_call_arguments.delta``
-with its whole arguments); each item is opened (``response.output_item.added``, and its
-part) and closed (``*.done``, ``response.output_item.done``). Once the turn is committed:
+``response.created`` and ``response.in_progress`` (the response without output), then the
+output items in the order the response lists them: the ``reasoning`` item
+(``response.reasoning_summary_text.delta``; an empty one, opened and closed at once, when
+the model thought nothing but its message has ``reasoning_content``), the ``message`` item
+(``response.output_text.delta``) and one ``function_call`` item per tool call, sent as
+soon as the call is complete (``response.function_call_arguments.delta`` with its whole
+arguments); each item is opened (``response.output_item.added``, and its part) and closed
+(``*.done``, ``response.output_item.done``) before the next one opens, and its
+``output_index`` is its place in the response's ``output``. Once the turn is committed:
 ``response.completed`` (``response.incomplete`` on the length limit) with the whole
-response, whose items carry the ids the stream used. An error after the first byte is an
-``error`` event (framed by :func:`tito.server.adapter.framed`).
+response: a client that rebuilds the turn from the ``response.output_item.done`` items
+gets that response's ``output``, item for item, ids included. An error after the first
+byte is an ``error`` event (framed by :func:`tito.server.adapter.framed`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import orjson
 from tito.parse.stream import Delta
 from tito.server.errors import error_type
 from tito.server.gateway import TurnOutcome
-from tito.server.responses.convert import call_item, item_id
-from tito.server.responses.models import ResponseBody
+from tito.server.responses.convert import Spaces, call_item, item_id
+from tito.server.responses.models import OutputItem, ResponseBody
 from tito.server.serving import TurnStream
 from tito.types.errors import TitoError
 from tito.types.messages import ParsedCompletion
@@ -33,8 +37,11 @@ Parse = Callable[[Any, str], ParsedCompletion]
 class ResponseEvents:
     """Numbered events and the output items opened so far."""
 
-    def __init__(self, response_id: str) -> None:
+    def __init__(self, response_id: str, spaces: Spaces | None = None) -> None:
         self.response_id = response_id
+        self.spaces = spaces
+        """Flat tool names -> (namespace, name) (:func:`~tito.server.responses.convert.
+        call_item`)."""
         self.sequence = 0
         self.index = -1
         self.open: str | None = None
@@ -47,9 +54,11 @@ class ResponseEvents:
         return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
 
     def delta(self, kind: str, text: str) -> list[bytes]:
+        item = item_id(self.response_id, kind)
+        if self.open != kind and item in self.sent:
+            return []  # reasoning after the text or a call: only the response has it
         out = [] if self.open == kind else self.close() + self._open(kind)
         self.text += text
-        item = item_id(self.response_id, kind)
         if kind == "rs":
             out.append(self.event("response.reasoning_summary_text.delta", item_id=item,
                                   output_index=self.index, summary_index=0, delta=text))
@@ -77,7 +86,8 @@ class ResponseEvents:
                            output_index=self.index, content_index=0,
                            part={"type": "output_text", "text": "", "annotations": []})]
 
-    def close(self) -> list[bytes]:
+    def close(self, status: str = "completed") -> list[bytes]:
+        """Close the open item; ``status``: a message's final status."""
         kind, self.open = self.open, None
         if kind is None:
             return []
@@ -98,13 +108,29 @@ class ResponseEvents:
                            output_index=self.index, content_index=0, part=part),
                 self.event("response.output_item.done", output_index=self.index, item={
                     "type": "message", "id": item, "role": "assistant",
-                    "status": "completed", "content": [part]})]
+                    "status": status, "content": [part]})]
+
+    def whole(self, item: OutputItem) -> list[bytes]:
+        """An item sent at once (opened and closed): an empty reasoning item, or one the
+        deltas did not carry."""
+        self.index += 1
+        self.sent.add(item["id"])
+        return [self.event("response.output_item.added", output_index=self.index, item=item),
+                self.event("response.output_item.done", output_index=self.index, item=item)]
+
+    def reasoning_first(self) -> list[bytes]:
+        """The (empty) reasoning item, before the first text or call, when nothing opened
+        it yet."""
+        item = item_id(self.response_id, "rs")
+        if item in self.sent:
+            return []
+        return self.close() + self.whole({"type": "reasoning", "id": item, "summary": []})
 
     def call(self, index: int, call: dict[str, Any]) -> list[bytes]:
         out = self.close()
         self.index += 1
-        opened = call_item(self.response_id, index, call, done=False)
-        done = call_item(self.response_id, index, call)
+        opened = call_item(self.response_id, index, call, self.spaces, done=False)
+        done = call_item(self.response_id, index, call, self.spaces)
         self.sent.add(done["id"])
         return [
             *out,
@@ -117,10 +143,11 @@ class ResponseEvents:
             self.event("response.output_item.done", output_index=self.index, item=done)]
 
     def items(self, delta: Delta) -> list[bytes]:
-        out = []
-        for kind, text in (("rs", delta.reasoning), ("msg", delta.content)):
-            if text:
-                out += self.delta(kind, text)
+        out = self.delta("rs", delta.reasoning) if delta.reasoning else []
+        if delta.has_reasoning and (delta.content or delta.calls):
+            out += self.reasoning_first()
+        if delta.content:
+            out += self.delta("msg", delta.content)
         for i, call in enumerate(delta.calls, start=delta.first_call):
             out += self.call(i, call)
         return out
@@ -131,16 +158,15 @@ class ResponseEvents:
                           error_type=error_type(error))
 
     def finish(self, body: ResponseBody) -> list[bytes]:
-        """Items of the final response the stream did not carry (e.g. an empty reasoning
-        item), then the terminal event with the whole response."""
-        out = self.close()
+        """Close the open item, send the items of the final response the deltas did not
+        carry (e.g. the only, empty, message item), then the terminal event with the
+        whole response."""
+        status = next((item["status"] for item in body["output"]
+                       if item["type"] == "message"), "completed")
+        out = self.close(status)
         for item in body["output"]:
             if item["id"] not in self.sent:
-                self.index += 1
-                out += [self.event("response.output_item.added", output_index=self.index,
-                                   item=item),
-                        self.event("response.output_item.done", output_index=self.index,
-                                   item=item)]
+                out += self.whole(item)
         kind = "response.incomplete" if body["status"] == "incomplete" else \
             "response.completed"
         return [*out, self.event(kind, response=body)]

@@ -2,11 +2,14 @@
 
 Requests are validated strictly (``true`` is not an integer, ``"yes"`` is not a boolean;
 an integer is a valid float) and unknown top-level fields are accepted and ignored, like
-the Chat Completions models (:mod:`tito.server.openai.models`). Input items are the four
-kinds a text agent sends back and forth: ``message``, ``function_call``,
-``function_call_output`` and ``reasoning`` (an item without ``type`` but with a ``role`` is
-a message, as the SDK allows). Responses are TypedDicts that mypy checks where
-:mod:`tito.server.responses.convert` builds them and pydantic validates and serializes.
+the Chat Completions models (:mod:`tito.server.openai.models`). Tools are function tools,
+``namespace`` tools (groups of function tools) and hosted tools (:data:`HOSTED_TOOLS`,
+validated loosely: they are left out of the render). Input items are the four kinds an
+agent sends back and forth: ``message``, ``function_call``, ``function_call_output`` and
+``reasoning`` (an item without ``type`` but with a ``role`` is a message, as the SDK
+allows); their content parts are text, or images (``--images``). Responses are
+TypedDicts that mypy checks where :mod:`tito.server.responses.convert` builds them and
+pydantic validates and serializes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from typing_extensions import TypedDict
 
@@ -38,7 +42,8 @@ class _Open(BaseModel):
 
 # -- content parts -----------------------------------------------------------------------
 TEXT_PARTS = ("input_text", "output_text")
-MEDIA_PARTS = ("input_image", "input_file", "input_audio")
+IMAGE_PART = "input_image"
+MEDIA_PARTS = ("input_file", "input_audio")
 
 
 class TextPart(_Open):
@@ -46,17 +51,30 @@ class TextPart(_Open):
     text: str
 
 
+class ImagePart(_Open):
+    """An image (a user message's, a function call's output): the marker text under
+    ``--images placeholder``, else 400 ``unsupported_content`` (design §7)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+Part = TextPart | ImagePart
+
+
 def check_text_parts(value: Any) -> Any:
-    """A list of content parts may hold only text parts (a clear 400 for images/files)."""
+    """A list of content parts may hold only text and image parts (a clear 400 for files
+    and audio)."""
     if isinstance(value, list):
         for i, part in enumerate(value):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             if kind in MEDIA_PARTS:
-                raise ValueError(f"content part {i} has type {kind!r}: images, files and "
-                                 "audio are not supported; send text parts only")
-            if kind not in TEXT_PARTS:
-                raise ValueError(f"content part {i} has type {kind!r}; only input_text and "
-                                 "output_text parts are supported")
+                raise ValueError(f"content part {i} has type {kind!r}: files and audio are "
+                                 "not supported; send text (or image) parts only")
+            if kind not in (*TEXT_PARTS, IMAGE_PART):
+                raise ValueError(f"content part {i} has type {kind!r}; only input_text, "
+                                 "output_text and input_image parts are supported")
     return value
 
 
@@ -64,9 +82,16 @@ def check_text_parts(value: Any) -> Any:
 class MessageItem(_Open):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[TextPart]
+    content: str | list[Part]
 
     _parts = field_validator("content", mode="before")(check_text_parts)
+
+    @model_validator(mode="after")
+    def _no_assistant_image(self) -> MessageItem:
+        if self.role == "assistant" and not isinstance(self.content, str) and \
+                any(isinstance(part, ImagePart) for part in self.content):
+            raise ValueError("an assistant message cannot carry an input_image part")
+        return self
 
 
 class FunctionCallItem(_Open):
@@ -76,12 +101,14 @@ class FunctionCallItem(_Open):
     arguments: str
     """JSON text, as the Responses API sends it."""
     id: str | None = None
+    namespace: str | None = None
+    """The namespace tool the function belongs to (the call of its flat name)."""
 
 
 class FunctionCallOutputItem(_Open):
     type: Literal["function_call_output"]
     call_id: str
-    output: str | list[TextPart]
+    output: str | list[Part]
 
     _parts = field_validator("output", mode="before")(check_text_parts)
 
@@ -134,6 +161,48 @@ class FunctionTool(_Open):
     strict: bool | None = None
 
 
+class NamespaceTool(_Open):
+    """Function tools grouped under a namespace (Codex: MCP servers, sub-agents); the model
+    calls each by its flat name, the call names the namespace and the function apart."""
+
+    type: Literal["namespace"]
+    name: str
+    description: str | None = None
+    tools: list[FunctionTool]
+
+
+class HostedTool(_Open):
+    """A tool the provider runs (:data:`HOSTED_TOOLS`): left out of the render."""
+
+    type: str
+
+
+HOSTED_TOOLS = ("web_search", "web_search_preview", "file_search", "computer",
+                "computer_use", "computer_use_preview", "mcp", "code_interpreter",
+                "image_generation", "local_shell", "shell", "apply_patch", "tool_search",
+                "programmatic_tool_calling")
+"""Tool types OpenAI runs (or has its own call items for), which the gateway cannot offer
+to the model; a dated variant (``web_search_2025_08_26``) counts as its type."""
+
+
+def hosted_type(kind: Any) -> bool:
+    return isinstance(kind, str) and any(
+        kind == name or kind.startswith(name + "_2") for name in HOSTED_TOOLS)
+
+
+def tool_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "hosted" if hosted_type(kind) else kind if isinstance(kind, str) else None
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(tool_kind),
+]
+
+
 class ReasoningConfig(_Open):
     effort: str | None = None
     summary: str | None = None
@@ -144,7 +213,8 @@ class ResponsesRequest(_Open):
     """A string (one user message) or input items, each validated by :data:`ITEM`."""
     model: str | None = None
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[Tool] | None = None
+    """Function, namespace and hosted tools (others are refused before validation)."""
     tool_choice: Any = None
     """Accepted, echoed, not enforced."""
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -158,6 +228,9 @@ class ResponsesRequest(_Open):
     reasoning: ReasoningConfig | None = None
     text: Any = None
     """Accepted and ignored (output format)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """TITO's extension, as on Chat Completions: template kwargs (they win over what
+    ``reasoning.effort`` sets)."""
 
     @field_validator("input")
     @classmethod
@@ -188,7 +261,27 @@ def parse_item(item: Any, index: int) -> InputItem:
 
 
 UNSUPPORTED = ("conversation", "prompt")
-"""Top-level fields whose meaning cannot be honoured: refused when set (not ignored)."""
+TOOL_KINDS = ("function", "namespace", "hosted")
+
+
+def check_tools(tools: Any) -> None:
+    """400 ``unsupported_tool`` for a tool the gateway can neither render nor leave out:
+    ``custom`` tools (their calls are not function calls), unknown types, and a namespace
+    member that is not a function tool."""
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        kind = tool_kind(tool)
+        if kind not in TOOL_KINDS:
+            _refuse(f"tools.{i}", kind)
+        members = tool.get("tools") if kind == "namespace" else None
+        for j, member in enumerate(members if isinstance(members, list) else ()):
+            if tool_kind(member) != "function":
+                _refuse(f"tools.{i}.tools.{j}", tool_kind(member))
+
+
+def _refuse(where: str, kind: str | None) -> None:
+    raise BadRequest(f"{where} has type {kind!r}, which is not supported: function and "
+                     "namespace tools are rendered, hosted tools "
+                     f"({', '.join(HOSTED_TOOLS)}) left out", code="unsupported_tool")
 
 
 def parse_responses_request(data: Any, *, max_depth: int = 64, skip: int = 0
@@ -209,12 +302,7 @@ def parse_responses_request(data: Any, *, max_depth: int = 64, skip: int = 0
         if data.get(name) is not None:
             raise BadRequest(f"{name} is not supported on /v1/responses",
                              code="unsupported_parameter")
-    tools = data.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise BadRequest(f"tools.{i} has type {kind!r}, which is not supported; only "
-                             "function tools are", code="unsupported_tool")
+    check_tools(data.get("tools"))
     try:
         request = ResponsesRequest.model_validate(data)
     except ValidationError as exc:
@@ -260,6 +348,8 @@ class OutputFunctionCall(TypedDict):
     name: str
     arguments: str
     status: Literal["in_progress", "completed", "incomplete"]
+    namespace: NotRequired[str]
+    """The namespace tool of the function (``name`` is then the function's own name)."""
 
 
 OutputItem = OutputReasoning | OutputMessage | OutputFunctionCall
