@@ -4,6 +4,7 @@ and a turn's outcome as a ``chat.completion``."""
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import time
@@ -14,12 +15,15 @@ from tito.server.openai.models import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionRequest,
+    ResponseFormat,
     ToolCallOut,
 )
 from tito.types.engine import SamplingParams
 from tito.types.messages import Message, TurnRequest
 
 _ROLE = operator.methodcaller("get", "role")
+JSON_OBJECT = '{"type": "object"}'
+"""The schema of ``response_format: {"type": "json_object"}`` (any JSON object)."""
 
 
 def has_developer(messages: list[Message]) -> bool:
@@ -45,6 +49,16 @@ def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                        stored_prefix=stored_prefix)
 
 
+def response_schema(fmt: ResponseFormat | None) -> str | None:
+    """``response_format`` as the JSON schema the engine constrains to (None: text)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    schema = fmt.json_schema.json_schema if fmt.json_schema is not None else None
+    if fmt.type == "json_object" or schema is None:
+        return JSON_OBJECT
+    return json.dumps(schema, ensure_ascii=False)
+
+
 def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
     """OpenAI sampling fields -> explicit engine settings (OpenAI's defaults filled in)."""
     max_tokens = chat.max_completion_tokens or chat.max_tokens or chat.max_new_tokens
@@ -61,6 +75,7 @@ def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> 
         stop=stop,
         stop_token_ids=tuple(chat.stop_token_ids or ()),
         seed=chat.seed,
+        json_schema=response_schema(chat.response_format),
     )
 
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
@@ -80,6 +88,25 @@ class StreamOptions(_Open):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Open):
+    name: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Open):
+    """Structured output: ``json_schema`` (its ``schema``), ``json_object`` or ``text``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a json_schema object")
+        return self
+
+
 class ChatCompletionRequest(_Open):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
@@ -102,6 +129,7 @@ class ChatCompletionRequest(_Open):
     seed: int | None = None
     n: int | None = 1
     chat_template_kwargs: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("n")
     @classmethod
