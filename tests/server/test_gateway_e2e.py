@@ -270,7 +270,11 @@ BAD_INPUTS = [
     ("temperature", json.dumps({"messages": [{"role": "user", "content": "x"}],
                                 "temperature": "hot"}).encode(), 400, "invalid_request"),
     ("image part", json.dumps({"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), 400, "invalid_request"),
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), 400,
+     "unsupported_content"),
+    ("audio part", json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "x"}}]}]}).encode(), 400,
+     "invalid_request"),
     ("oversize", b'{"messages": [{"role": "user", "content": "' + b"x" * 2_100_000 + b'"}]}',
      413, "payload_too_large"),
 ]

@@ -112,6 +112,7 @@ class EmbeddedEngine:
     """
 
     name = "embedded"
+    enforces_json_schema = False  # no grammar backend: structured output is only noted
 
     def __init__(
         self,

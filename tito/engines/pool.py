@@ -70,6 +70,7 @@ class EnginePool:
     """An :class:`~tito.types.engine.Engine` over several engines (see the module doc)."""
 
     name = "pool"
+    enforces_json_schema = True  # its members are SGLang and vLLM clients
 
     def __init__(self, engines: list[tuple[str, Engine]], *,
                  max_inflight: int | None = None) -> None:

@@ -1,13 +1,14 @@
 """SGLang client: native ``POST /generate`` with ``input_ids`` (design §8).
 
 One sample per request with our own ``rid``; explicit sampling parameters (SGLang's
-defaults differ from OpenAI's); ``output_ids`` are the truth and
-``meta_info.output_token_logprobs`` (``[logprob, id, text|null]``) must agree with them
-(:mod:`tito.engines.sglang_reply` checks every reply). Requests go over the shared HTTP
-transport (:mod:`tito.engines.transport`: one pooled keep-alive aiohttp session, the one
-safe stale-connection retry, short probes); bodies are encoded with orjson (numpy id
-arrays serialize without a Python list), and a session's ``input_ids`` text is built on
-its previous prompt's (:mod:`tito.engines.prompt_json`: O(new ids) a turn).
+defaults differ from OpenAI's; structured output as ``sampling_params.json_schema``);
+``output_ids`` are the truth and ``meta_info.output_token_logprobs`` (``[logprob, id,
+text|null]``) must agree with them (:mod:`tito.engines.sglang_reply` checks every reply).
+Requests go over the shared HTTP transport (:mod:`tito.engines.transport`: one pooled
+keep-alive aiohttp session, the one safe stale-connection retry, short probes); bodies are
+encoded with orjson (numpy id arrays serialize without a Python list), and a session's
+``input_ids`` text is built on its previous prompt's (:mod:`tito.engines.prompt_json`:
+O(new ids) a turn).
 
 Errors: a transport failure or an engine 5xx is an :class:`EngineError` (code
 ``engine_error``); a reply we cannot use (not JSON, a field of the wrong type or out of
@@ -76,6 +77,8 @@ def sampling_payload(params: SamplingParams) -> dict[str, Any]:
         out["stop_token_ids"] = list(params.stop_token_ids)
     if params.seed is not None:
         out["sampling_seed"] = params.seed
+    if params.json_schema is not None:
+        out["json_schema"] = params.json_schema  # structured output: a grammar constraint
     return out
 
 
@@ -102,6 +105,8 @@ class SGLangEngine:
     """
 
     name = "sglang"
+    enforces_json_schema = True
+    """Structured output is a grammar constraint (``sampling_params.json_schema``)."""
 
     def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
                  keepalive_timeout: float = KEEPALIVE_TIMEOUT_S, vocab_size: int | None = None,

@@ -7,6 +7,9 @@ setting sent explicitly (vLLM's own defaults differ: ``max_tokens`` 16, the mode
 ``generation_config.json``). The served model name and ``max_model_len`` come from
 ``GET /v1/models``.
 
+- structured output (a JSON schema in :class:`~tito.types.engine.SamplingParams`) is
+  vLLM's ``structured_outputs: {"json": SCHEMA}`` (the field that replaced
+  ``guided_json``; vLLM 0.32 has no other);
 - finish reasons: ``stop`` (``stop_reason`` an int: the matched stop id; a string: the
   matched stop string; null: EOS), ``length``, ``abort``;
 - logprobs are vLLM's ``--logprobs-mode`` (default ``raw_logprobs``: before temperature
@@ -73,6 +76,8 @@ def _protocol(message: str) -> EngineError:
 
 class VLLMEngine:
     name = "vllm"
+    enforces_json_schema = True
+    """Structured output is a constraint (``structured_outputs: {"json": ...}``)."""
 
     def __init__(self, url: str, *, timeout: float = 600.0, max_connections: int = 1024,
                  keepalive_timeout: float = KEEPALIVE_TIMEOUT_S,
@@ -143,6 +148,8 @@ class VLLMEngine:
         }
         if params.seed is not None:
             payload["seed"] = params.seed
+        if params.json_schema is not None:  # structured output (vLLM >= 0.10.2's field)
+            payload["structured_outputs"] = {"json": params.json_schema}
         if stream:
             payload["stream_options"] = {"include_usage": True}
         if replay is not None and replay.routed_experts:

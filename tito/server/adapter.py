@@ -8,7 +8,9 @@ The skeleton, for ``POST /sessions/<id>/<the API's path>``:
    the session's stored state (its :class:`~tito.server.api_state.ApiState` and stored
    messages);
 2. :meth:`TurnAdapter.prepare`: the core turn (:class:`~tito.types.messages.TurnRequest`,
-   :class:`~tito.types.engine.SamplingParams`) and whether it streams;
+   :class:`~tito.types.engine.SamplingParams`) and whether it streams; a structured-output
+   schema the engine cannot enforce is noted in the turn
+   (:func:`tito.server.unsupported.note_unenforced`);
 3. unstreamed: run the turn with idempotent retries and disconnect handling
    (:func:`tito.server.serving.run_api_turn`) and send :meth:`TurnAdapter.reply` as JSON;
    streamed: open the turn's stream (refusals are still ordinary error replies) and send
@@ -44,6 +46,7 @@ from tito.server.serving import (
     run_api_turn,
     sse_response,
 )
+from tito.server.unsupported import note_unenforced
 from tito.session import Session
 from tito.types.engine import SamplingParams
 from tito.types.errors import TitoError
@@ -141,6 +144,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     raw, offload, decoded = await read_turn_body(
         gateway, request, lambda body: adapter.decode(ctx, body))
     turn = adapter.prepare(ctx, decoded)
+    note_unenforced(gateway.engine, turn.turn, turn.params)
     response_id = adapter.id_prefix + os.urandom(16).hex()
 
     def reply(outcome: TurnOutcome) -> B:

@@ -1,5 +1,6 @@
 """What a request may carry that the gateway cannot give the model as such, and what it
-becomes (design §7): hosted tools (``--hosted-tools``) and images (``--images``).
+becomes (design §7): hosted tools (``--hosted-tools``), images (``--images``) and a
+structured-output schema that the engine cannot enforce.
 
 Each API's converter calls these, so the three APIs word the same refusal the same way and
 note the same facts in the turn (:attr:`tito.types.messages.TurnRequest.notes`).
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import logging
 
+from tito.types.engine import SamplingParams
 from tito.types.errors import BadRequest
+from tito.types.messages import TurnRequest
 
 log = logging.getLogger("tito.server")
 
@@ -19,6 +22,9 @@ NOTE_IMAGES = "images_replaced"
 """The turn note: how many images of the request became :data:`IMAGE_MARKER`."""
 NOTE_HOSTED_TOOLS = "hosted_tools_left_out"
 """The turn note: the hosted tools (by type or name) left out of the render."""
+NOTE_STRUCTURED_OUTPUT = "structured_output"
+"""The turn note ``"not_enforced"``: the request asked for a JSON schema that the engine
+cannot constrain decoding to (the embedded engine); the turn ran unconstrained."""
 
 
 def image_text(policy: str, where: str) -> str:
@@ -50,3 +56,10 @@ def warn_hosted_once(warned: set[str], session_id: str, names: list[str]) -> Non
         log.warning("session %s: hosted tool(s) %s left out of the render (the gateway "
                     "cannot run them; --hosted-tools error refuses them instead)",
                     session_id, ", ".join(new))
+
+
+def note_unenforced(engine: object, turn: TurnRequest, params: SamplingParams) -> None:
+    """Note in ``turn`` a JSON schema (``params.json_schema``) that ``engine`` does not
+    enforce: an engine enforces one when its ``enforces_json_schema`` attribute is true."""
+    if params.json_schema is not None and not getattr(engine, "enforces_json_schema", False):
+        turn.notes = {**(turn.notes or {}), NOTE_STRUCTURED_OUTPUT: "not_enforced"}

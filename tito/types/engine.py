@@ -58,6 +58,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    json_schema: str | None = None
+    """A JSON schema (as JSON text) the completion must follow (structured output), or
+    None. Engines that constrain decoding pass it on (SGLang ``json_schema``, vLLM
+    ``structured_outputs.json``); one that cannot says so with a false
+    ``enforces_json_schema`` attribute, and the turn is noted instead."""
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ def test_a_growing_history_decodes_as_whole_and_reuses_the_earlier_conversions(
         if previous is not None:  # the earlier messages were not converted again
             kept = len(previous.chat)
             assert all(a is b for a, b in zip(last.chat[:kept], previous.chat, strict=True))
-            assert last.system is previous.system and last.tools is previous.tools
+            assert last.rest is previous.rest
         # the state keeps placeholders, not the parsed messages
         assert last.parsed is not None and set(last.parsed.items) == {None}
         assert last.request.messages == []
@@ -154,4 +154,75 @@ def test_a_block_that_is_not_an_object_is_named(qwen3_renderer: TemplateRenderer
     raw = body([{"role": "user", "content": ["hello"]}])
     with pytest.raises(BadRequest, match=r"messages\.0\.content\.0: a content block must be "
                                          "an object"):
+        decode_messages(raw, qwen3_renderer, max_depth=64)
+
+
+DEFERRED = {"name": "lookup", "input_schema": {"type": "object"}, "defer_loading": True}
+
+
+def searched(k: int) -> dict[str, Any]:
+    """A tool result of tool references (and an image), then a user text."""
+    return {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": [
+            {"type": "tool_reference", "tool_name": "lookup"},
+            {"type": "image", "source": {"type": "base64", "data": "AA=="}}]},
+        {"type": "text", "text": f"and then {k}"}]}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_tool_references_and_images_decode_as_whole(qwen3_renderer: TemplateRenderer,
+                                                     seed: int) -> None:
+    """References render the tools of the body they are in: a body whose declared tools
+    changed is decoded whole, and the images replaced are counted over every message."""
+    rng = random.Random(seed)
+    state = ApiState()
+    policy = {"images": "placeholder", "hosted_tools": "drop"}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    tools: list[dict[str, Any]] = [{"name": "bash", "input_schema": {"type": "object"}},
+                                   DEFERRED]
+    for k in range(14):
+        candidate = list(messages)
+        step = rng.choice(["append", "append", "tools", "drop", "hosted"])
+        if step == "append":
+            candidate += [assistant(k), searched(k)]
+        elif step == "tools":
+            tools = [tools[0], {**DEFERRED, "description": f"version {k}"}]
+        elif step == "drop":
+            tools = [tools[0]]  # the references now name an undeclared tool: 400
+        else:
+            tools = [*tools, {"type": "web_search_20250305", "name": "web_search"}]
+        raw = body(candidate, tools=tools)
+        try:
+            expected: Any = decode_messages(raw, qwen3_renderer, max_depth=64, **policy)
+        except BadRequest as exc:
+            expected = exc.message
+        before = state.messages_body
+        try:
+            got: Any = decode_messages(raw, qwen3_renderer, max_depth=64, state=state,
+                                       **policy)
+        except BadRequest as exc:
+            got = exc.message
+        if isinstance(expected, str):
+            assert got == expected and state.messages_body is before, (seed, k, step)
+            tools = [tools[0], DEFERRED]
+            continue
+        assert got[1] == expected[1], (seed, k, step)
+        images = sum(m is not candidate[0] and m["role"] == "user"
+                     and isinstance(m["content"], list) for m in candidate)
+        assert (got[1].notes or {}).get("images_replaced", 0) == images
+        assert got[1].tools == [{"type": "function", "function": {
+            "name": "bash", "parameters": {"type": "object"}}}]
+        messages = candidate
+
+
+def test_a_tool_reference_renders_the_tool_as_declared(qwen3_renderer: TemplateRenderer
+                                                        ) -> None:
+    raw = body([{"role": "user", "content": "start"}, assistant(0), searched(0)],
+               tools=[DEFERRED])
+    _, turn = decode_messages(raw, qwen3_renderer, max_depth=64, images="placeholder")
+    assert turn.tools is None  # the only tool is deferred
+    assert turn.messages[2] == {"role": "tool", "tool_call_id": "toolu_0", "content": (
+        '<tools>\n{"type": "function", "function": {"name": "lookup", "parameters": '
+        '{"type": "object"}}}\n</tools>\n[image]')}
+    with pytest.raises(BadRequest, match=r"messages\.2\.content\.0\.content\.1 is an image"):
         decode_messages(raw, qwen3_renderer, max_depth=64)

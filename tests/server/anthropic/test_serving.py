@@ -109,9 +109,8 @@ def test_thinking_switch_and_count_tokens(stack: Any) -> None:
 @pytest.mark.parametrize(("body", "expected"), [
     ({"messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                     "data": "AA=="}}]}]}, "images are not supported"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
-     "server tool 'web_search_20250305' is not supported"),
+                                     "data": "AA=="}}]}]}, "messages.0.content.0 is an image"),
+    ({"tools": [{"input_schema": {"type": "object"}}]}, "tools.0.name"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "'robot' is not a role"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f",

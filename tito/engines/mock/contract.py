@@ -134,6 +134,7 @@ def check_sampling_params(sp: Any) -> dict[str, Any]:
     given = {k: v for k, v in sp.items() if v is not None}
     _verify_ranges(given)
     _verify_lengths(given)
+    _verify_grammar(given)
     return sp
 
 
@@ -168,6 +169,27 @@ def _verify_lengths(g: dict[str, Any]) -> None:
     if g.get("n", 1) != 1:
         raise RequestError("the mock engine serves one sample per request (n = 1); "
                            "fan out in the client")
+
+
+def _verify_grammar(g: dict[str, Any]) -> None:
+    """One constraint at most (SamplingParams.verify()), and a ``json_schema`` that is JSON.
+
+    SGLang compiles the schema in its scheduler and aborts the request with status 400
+    (``Failed to compile json grammar: ...``), which a non-streamed ``/generate`` answers as
+    this 400; the mock also answers a streamed one so, before its first chunk. It does not
+    constrain what it generates: its replies follow the directives."""
+    if sum(g.get(k) is not None for k in ("json_schema", "regex", "ebnf")) > 1:
+        raise RequestError("Only one of regex, json_schema, or ebnf can be set.")
+    schema = g.get("json_schema")
+    if schema is None:
+        return
+    try:
+        parsed = orjson.loads(schema)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"Failed to compile json grammar: {exc}") from None
+    if not isinstance(parsed, dict | bool):
+        raise RequestError("Failed to compile json grammar: a JSON schema is an object or "
+                           "a boolean")
 
 
 # -- the /generate body ----------------------------------------------------------------------

@@ -14,7 +14,9 @@ parses, validates and converts only the messages that follow:
   their parse nor their models (:func:`~tito.server.growing_body.without_elements`): a
   session's state is about its chat messages, which the session stores anyway;
 - when the other members are byte for byte last turn's, so is the rest of the request
-  (system, tools, thinking); otherwise they are validated and converted again;
+  (system, tools, thinking); otherwise they are validated and converted again, and a
+  body whose declared tools changed is decoded whole (the earlier messages' tool
+  references rendered the tools they named);
 - any validation failure re-reads the body and validates it whole, so the error is the
   one a whole decode gives.
 
@@ -39,10 +41,13 @@ from pydantic import Field, ValidationError
 
 from tito.render.base import TemplateRenderer
 from tito.server.anthropic.convert import (
+    Conversion,
+    ToolSet,
     chat_messages,
     system_message,
     thinking_kwargs,
     tools_of,
+    turn_notes,
 )
 from tito.server.anthropic.models import InputMessage, MessagesRequest, parse_request
 from tito.server.api_state import ApiState
@@ -59,6 +64,16 @@ class _Envelope(MessagesRequest):
 
 
 @dataclass(slots=True, frozen=True)
+class Rest:
+    """What a body's members other than ``messages`` give the turn."""
+
+    system: Message | None
+    """The leading system message (of ``request.system``)."""
+    tools: ToolSet
+    template_kwargs: dict[str, Any] | None
+
+
+@dataclass(slots=True, frozen=True)
 class LastBody:
     """What a decoded Messages body leaves for the session's next one (never changed)."""
 
@@ -67,54 +82,87 @@ class LastBody:
     (:func:`~tito.server.growing_body.without_elements`): their chat messages are kept."""
     request: MessagesRequest
     """The validated request, without its messages."""
-    system: Message | None
-    """The leading system message (of ``request.system``)."""
+    rest: Rest
     chat: list[Message]
     """The chat messages of the body's messages, in order (the system one not included)."""
-    tools: list[dict[str, Any]] | None
-    template_kwargs: dict[str, Any] | None
+    images: int
+    """How many images of those messages became the marker (``--images placeholder``)."""
 
 
 def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
-                    state: ApiState | None = None,
-                    stored: list[Message] | None = None) -> tuple[MessagesRequest, TurnRequest]:
+                    state: ApiState | None = None, stored: list[Message] | None = None,
+                    images: str = "reject", hosted_tools: str = "drop"
+                    ) -> tuple[MessagesRequest, TurnRequest]:
     """(the validated request *without its messages*, the turn: its chat messages).
     ``state``: the session's API state, where the last body is kept (None: decode whole, keep
-    nothing). ``stored``: the session's stored messages (a copy taken on the event loop)."""
+    nothing). ``stored``: the session's stored messages (a copy taken on the event loop).
+    ``images``, ``hosted_tools``: the server's ``--images`` and ``--hosted-tools``."""
     last = state.messages_body if state is not None else None
     parsed = decode_growing(body, "messages", None if last is None else last.parsed,
                             keep=state is not None)
     reused = parsed.extended if last is not None else 0  # every message of the last body
-    validated = _validated(parsed.data, last, reused, parsed.same_rest, max_depth) \
-        if reused and last is not None else None
-    if validated is None:
+    extended = _extended(parsed.data, last, reused, parsed.same_rest, max_depth, renderer,
+                         hosted_tools) if reused and last is not None else None
+    if extended is None:
         # the reused messages are placeholders in an extended parse: read the body whole
         data = decode_json(body) if reused else parsed.data
         req = parse_request(data, MessagesRequest, max_depth=max_depth)
         reused, new = 0, req.messages
         req = req.model_copy(update={"messages": []})
+        rest = _rest(req, renderer, hosted_tools, last)
     else:
-        req, new = validated
-    chat = list(last.chat) if reused and last is not None else []
+        req, new, rest = extended
+    previous = last if reused and last is not None else None
+    chat = list(previous.chat) if previous is not None else []
+    conversion = Conversion(images, rest.tools.declared)
     for i, message in enumerate(new, start=reused):
-        chat.extend(chat_messages(message, i))
-    if parsed.same_rest and reused and last is not None:
-        system, tools, kwargs = last.system, last.tools, last.template_kwargs
-    else:
-        system, tools = system_message(req), tools_of(req)
-        kwargs = thinking_kwargs(req, renderer)
-        if last is not None and system is not None and system == last.system:
-            system = last.system  # the same object as stored
+        chat.extend(chat_messages(message, i, conversion))
+    replaced = conversion.replaced + (previous.images if previous is not None else 0)
+    system = rest.system
     if stored:
         if system is not None and system is not stored[0] and same_json(system, stored[0]):
             system = stored[0]  # e.g. after a restart: the replayed session's own object
-        share_stored(chat, len(last.chat) if reused and last is not None else 0, stored,
+            rest = Rest(system, rest.tools, rest.template_kwargs)
+        share_stored(chat, len(previous.chat) if previous is not None else 0, stored,
                      0 if system is None else 1)
     if state is not None:
-        state.messages_body = LastBody(without_elements(parsed.state), req, system, chat,
-                                       tools, kwargs)
+        state.messages_body = LastBody(without_elements(parsed.state), req, rest, chat,
+                                       replaced)
     messages = list(chat) if system is None else [system, *chat]  # the state's stays as is
-    return req, TurnRequest(messages=messages, tools=tools, template_kwargs=kwargs)
+    return req, TurnRequest(messages=messages, tools=rest.tools.rendered,
+                            template_kwargs=rest.template_kwargs,
+                            notes=turn_notes(rest.tools, replaced))
+
+
+def _rest(req: MessagesRequest, renderer: TemplateRenderer, hosted_tools: str,
+          last: LastBody | None) -> Rest:
+    """The turn's system message, tools and template settings of ``req``."""
+    system = system_message(req)
+    if last is not None and system is not None and system == last.rest.system:
+        system = last.rest.system  # the same object as stored
+    return Rest(system, tools_of(req, hosted_tools), thinking_kwargs(req, renderer))
+
+
+def _extended(data: Any, last: LastBody, reused: int, same_rest: bool, max_depth: int,
+              renderer: TemplateRenderer, hosted_tools: str
+              ) -> tuple[MessagesRequest, list[InputMessage], Rest] | None:
+    """A body that extends ``last``: (its request without messages, the models of the
+    messages past the first ``reused``, its :class:`Rest`); None: decode it whole (it is
+    invalid, and the whole decode words the error; or its tools changed, which the
+    reused messages' tool references were converted with)."""
+    validated = _validated(data, last, reused, same_rest, max_depth)
+    if validated is None:
+        return None
+    req, new = validated
+    if same_rest:
+        return req, new, last.rest
+    try:
+        rest = _rest(req, renderer, hosted_tools, last)
+    except BadRequest:
+        return None
+    if rest.tools.declared != last.rest.tools.declared:
+        return None
+    return req, new, rest
 
 
 def _validated(data: Any, last: LastBody, reused: int, same_rest: bool, max_depth: int

@@ -28,10 +28,28 @@ class InputMessage(_Open):
 
 
 class ToolDef(_Open):
-    name: str = Field(min_length=1)
+    """A client tool (``name``, ``input_schema``; ``type`` absent or ``custom``) or one of
+    Anthropic's hosted tools (any other ``type``: ``web_search_20250305``,
+    ``mcp_toolset``...), which need not have a name."""
+
+    name: str | None = Field(default=None, min_length=1)
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     type: str | None = None
+    defer_loading: bool | None = None
+    """Tool search: left out of the system prompt, shown where a ``tool_reference``
+    names it."""
+
+
+class OutputFormat(_Open):
+    """Structured output: the reply's text follows ``schema``."""
+
+    type: Literal["json_schema"]
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Open):
+    format: OutputFormat | None = None
 
 
 class ThinkingConfig(_Open):
@@ -58,6 +76,10 @@ class MessagesRequest(_Open):
     top_k: int | None = Field(default=None, ge=1)
     stream: bool = False
     thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    """``format``: structured output; ``effort`` is accepted and ignored."""
+    output_format: OutputFormat | None = None
+    """The structured-outputs beta's field (``output_config.format`` since)."""
 
 
 class CountTokensRequest(_Open):

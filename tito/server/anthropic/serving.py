@@ -31,6 +31,7 @@ from tito.server.anthropic.models import (
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import read_json
 from tito.server.serving import TurnStream
+from tito.server.unsupported import NOTE_HOSTED_TOOLS, warn_hosted_once
 from tito.types.messages import TurnRequest
 
 JSON = "application/json"
@@ -43,12 +44,16 @@ class Messages:
     id_prefix = "msg_"
 
     def decode(self, ctx: TurnContext, body: bytes) -> Decoded:
-        return decode_messages(body, ctx.gateway.renderer,
-                               max_depth=ctx.gateway.config.max_json_depth, state=ctx.state,
-                               stored=ctx.stored)
+        config = ctx.gateway.config
+        return decode_messages(body, ctx.gateway.renderer, max_depth=config.max_json_depth,
+                               state=ctx.state, stored=ctx.stored, images=config.images,
+                               hosted_tools=config.hosted_tools)
 
     def prepare(self, ctx: TurnContext, request: Decoded) -> ApiTurn[Decoded]:
         req, turn = request
+        hosted = (turn.notes or {}).get(NOTE_HOSTED_TOOLS)
+        if hosted:
+            warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
         return ApiTurn(request, turn, sampling_params(req), bool(req.stream),
                        req.model or ctx.gateway.model_name)
 
@@ -72,7 +77,9 @@ async def count_tokens(gateway: Gateway, request: Request) -> Response:
     session = gateway.session(request.path_params["session_id"])
     data: Any = await read_json(request, gateway.config.max_body_bytes)
     req = parse_request(data, CountTokensRequest, max_depth=gateway.config.max_json_depth)
-    plan = session.plan(turn_request(req, gateway.renderer))
+    config = gateway.config
+    plan = session.plan(turn_request(req, gateway.renderer, images=config.images,
+                                     hosted_tools=config.hosted_tools))
     try:
         count = len(plan.prompt_ids)
     finally:

@@ -4,6 +4,7 @@ and a turn's outcome as a ``chat.completion``."""
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import time
@@ -15,12 +16,17 @@ from tito.server.openai.models import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionRequest,
+    ResponseFormat,
     ToolCallOut,
 )
+from tito.server.unsupported import NOTE_IMAGES, image_text
 from tito.types.engine import SamplingParams
 from tito.types.messages import Message, TurnRequest
 
 _ROLE = operator.methodcaller("get", "role")
+_CONTENT = operator.methodcaller("get", "content")
+JSON_OBJECT = '{"type": "object"}'
+"""The schema of ``response_format: {"type": "json_object"}`` (any JSON object)."""
 
 
 def has_developer(messages: list[Message]) -> bool:
@@ -39,11 +45,51 @@ def session_messages(data: dict[str, Any], developer: bool | None = None) -> lis
 
 def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                  stored_prefix: list[Message] | None = None,
-                 developer: bool | None = None) -> TurnRequest:
-    return TurnRequest(messages=session_messages(data, developer),
+                 developer: bool | None = None, images: str = "reject") -> TurnRequest:
+    """``images``: the server's ``--images`` (``image_url`` parts refused, or markers)."""
+    messages, replaced = image_markers(session_messages(data, developer), images)
+    return TurnRequest(messages=messages,
                        tools=data.get("tools") or None,
                        template_kwargs=chat.chat_template_kwargs,
-                       stored_prefix=stored_prefix)
+                       stored_prefix=stored_prefix,
+                       notes={NOTE_IMAGES: replaced} if replaced else None)
+
+
+def image_markers(messages: list[Message], policy: str) -> tuple[list[Message], int]:
+    """``messages`` with each ``image_url`` part a text part of the marker (400 under
+    ``--images reject``), and how many there were. Messages without images stay the same
+    objects, and with no content list at all the scan is one C-level pass."""
+    if list not in map(type, map(_CONTENT, messages)):
+        return messages, 0
+    out: list[Message] = []
+    replaced = 0
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list) and any(_is_image(p) for p in content):
+            parts = []
+            for j, part in enumerate(content):
+                if _is_image(part):
+                    part = {"type": "text", "text": image_text(
+                        policy, f"messages[{i}].content[{j}]")}
+                    replaced += 1
+                parts.append(part)
+            message = {**message, "content": parts}
+        out.append(message)
+    return (out, replaced) if replaced else (messages, 0)
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "image_url"
+
+
+def response_schema(fmt: ResponseFormat | None) -> str | None:
+    """``response_format`` as the JSON schema the engine constrains to (None: text)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    schema = fmt.json_schema.json_schema if fmt.json_schema is not None else None
+    if fmt.type == "json_object" or schema is None:
+        return JSON_OBJECT
+    return json.dumps(schema, ensure_ascii=False)
 
 
 def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
@@ -62,6 +108,7 @@ def sampling_params(chat: ChatCompletionRequest, *, default_max_tokens: int) -> 
         stop=stop,
         stop_token_ids=tuple(chat.stop_token_ids or ()),
         seed=chat.seed,
+        json_schema=response_schema(chat.response_format),
     )
 
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
@@ -44,9 +52,20 @@ class TextPart(_Open):
     text: str
 
 
+class ImagePart(_Open):
+    """An image in a user or tool message: 400 ``unsupported_content``, or the marker
+    under ``--images placeholder`` (:func:`tito.server.openai.convert.image_markers`)."""
+
+    type: Literal["image_url"]
+    image_url: dict[str, Any]
+
+
+IMAGE_ROLES = ("user", "tool")
+
+
 class ChatMessage(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart | ImagePart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -58,11 +77,18 @@ class ChatMessage(_Open):
         if isinstance(value, list):
             for i, part in enumerate(value):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                if kind != "text":
-                    raise ValueError(
-                        f"content part {i} has type {kind!r}; only text parts are supported"
-                    )
+                if kind not in ("text", "image_url"):
+                    raise ValueError(f"content part {i} has type {kind!r}; only text and "
+                                     "image_url parts are supported")
         return value
+
+    @model_validator(mode="after")
+    def _images_where_allowed(self) -> ChatMessage:
+        if self.role not in IMAGE_ROLES and isinstance(self.content, list) and \
+                any(isinstance(part, ImagePart) for part in self.content):
+            raise ValueError(f"a {self.role} message cannot carry an image_url part "
+                             "(only user and tool messages)")
+        return self
 
 
 class FunctionDef(_Open):
@@ -78,6 +104,25 @@ class Tool(_Open):
 
 class StreamOptions(_Open):
     include_usage: bool = False
+
+
+class JsonSchemaFormat(_Open):
+    name: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Open):
+    """Structured output: ``json_schema`` (its ``schema``), ``json_object`` or ``text``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a json_schema object")
+        return self
 
 
 class ChatCompletionRequest(_Open):
@@ -107,6 +152,7 @@ class ChatCompletionRequest(_Open):
     seed: int | None = None
     n: int | None = 1
     chat_template_kwargs: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("n")
     @classmethod

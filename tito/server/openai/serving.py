@@ -48,7 +48,7 @@ class ChatCompletions:
 
     def prepare(self, ctx: TurnContext, request: DecodedChat) -> ApiTurn[DecodedChat]:
         turn = turn_request(request.data, request.request, request.stored_prefix,
-                            request.developer)
+                            request.developer, images=ctx.gateway.config.images)
         harness_settings(ctx, request.request, turn)
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
                        ctx.gateway.model_name)

@@ -29,6 +29,7 @@ tool under their flat names, and hosted tools (``web_search``, ``file_search``, 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -281,14 +282,31 @@ def template_kwargs(request: ResponsesRequest, effort_kwargs: Callable[[str], di
 
 
 def sampling_params(request: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
-    """Explicit engine settings (OpenAI's defaults filled in)."""
+    """Explicit engine settings (OpenAI's defaults filled in; ``text.format`` as the JSON
+    schema of structured output)."""
     return SamplingParams(
         max_new_tokens=request.max_output_tokens or default_max_tokens,
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1, min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0,
         repetition_penalty=1.0, stop=(), stop_token_ids=(), seed=None,
+        json_schema=text_format_schema(request.text),
     )
+
+
+def text_format_schema(text: Any) -> str | None:
+    """``text.format`` as a JSON schema (JSON text): ``json_schema`` its ``schema``,
+    ``json_object`` any object; None: free text (``text``, or no format)."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_object":
+        return '{"type": "object"}'
+    if kind != "json_schema" or not isinstance(fmt, dict):
+        return None
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise BadRequest("text.format.schema must be an object (a JSON schema)")
+    return json.dumps(schema, ensure_ascii=False)
 
 
 # -- outcome -> response -----------------------------------------------------------------
