@@ -98,21 +98,13 @@ CLAUDE = [
               "parent's next request is 400 rollback_too_deep (discard_count=2 exceeds the "
               "limit of 1 generated turn(s))"),
     Scenario("tool_search", "claude", "Load a tool.\n" + call(
-        "ToolSearch", {"query": "select:WebFetch"}),
-        xfail="400 invalid_request: messages.3.content.0.content.0: a 'tool_reference' "
-              "block is not allowed here (only text)"),
+        "ToolSearch", {"query": "select:WebFetch"})),
     Scenario("web_search", "claude", "Search.\n" + call("WebSearch", {"query": "tito"}),
-             env={"ENABLE_TOOL_SEARCH": "false"}, gateway_args=V2,
-             xfail="the WebSearch side request declares the server tool "
-                   "web_search_20250305: 400 invalid_request (server tool not supported; "
-                   "--hosted-tools drop, the default, does not reach the Messages converter)"),
+             env={"ENABLE_TOOL_SEARCH": "false"}, gateway_args=V2),
     Scenario("image_read", "claude", "Look at the picture.\n" + call("Bash", {
         "command": f"echo {PNG_1X1} | base64 -d > dot.png && "
                    "echo \"CALL Read {\\\"file_path\\\": \\\"$PWD/dot.png\\\"}\"",
-        "description": "make a png"}), gateway_args=IMAGES,
-        xfail="Read of a PNG gives a tool_result with an image block: 400 invalid_request "
-              "(images are not supported; --images placeholder is not applied by the "
-              "Messages converter yet)"),
+        "description": "make a png"}), gateway_args=IMAGES),
 ]
 
 CODEX = [
@@ -120,14 +112,9 @@ CODEX = [
         "exec_command", {"cmd": printf("THINK ok", "SAY done")}),
         codex_config=CODEX_FUNCTION_TOOLS,
         expect=("Plan: run printf.", "Output:\nTHINK ok\nSAY done", "done<|im_end|>")),
-    Scenario("default_tools", "codex", "Run it.\n" + call("exec_command", {"cmd": "echo hi"}),
-             xfail="400 unsupported_tool: tools.4 has type 'namespace' (multi_agent_v1), "
-                   "which is not supported; only function tools are"),
+    Scenario("default_tools", "codex", "Run it.\n" + call("exec_command", {"cmd": "echo hi"})),
     Scenario("web_search_tool", "codex", "Run it.\n" + call("exec_command", {"cmd": "echo hi"}),
-             codex_config=CODEX_NO_AGENTS,
-             xfail="400 unsupported_tool: tools.7 has type 'web_search', which is not "
-                   "supported; only function tools are (--hosted-tools drop, the default, "
-                   "does not reach the Responses converter yet)"),
+             codex_config=CODEX_NO_AGENTS),
     Scenario("subagent_v2", "codex", "Delegate.\n" + call(
         "spawn_agent", {"message": "Sub task.\n" + call("exec_command", {"cmd": "echo sub"})})
         + "\n" + call("exec_command", {"cmd": "sleep 3; " + printf("SAY done")}),
@@ -138,10 +125,7 @@ CODEX = [
     Scenario("view_image", "codex", "Look.\n" + call("exec_command", {
         "cmd": f"echo {PNG_1X1} | base64 -d > dot.png && "
                "echo \"CALL view_image {\\\"path\\\": \\\"$PWD/dot.png\\\"}\""}),
-        codex_config=CODEX_FUNCTION_TOOLS, gateway_args=IMAGES,
-        xfail="view_image's function_call_output is a list with an input_image part: 400 "
-              "invalid_request (images, files and audio are not supported; --images "
-              "placeholder is not applied by the Responses converter yet)"),
+        codex_config=CODEX_FUNCTION_TOOLS, gateway_args=IMAGES),
     Scenario("compaction_v2", "codex", "Run it.\n" + call("exec_command", {
         "cmd": printf("SAY done")}),
         codex_config='model_auto_compact_token_limit = 3000\n' + CODEX_FUNCTION_TOOLS,
