@@ -149,11 +149,12 @@ async def test_hosted_tools_error_policy_refuses_them(make_gateway: Any) -> None
     async with asgi_client(gateway) as http:
         sid = await new_inproc_session(http)
         client = openai_for(http, sid)
-        first = await client.responses.create(model="m", input="hi", tools=[WEATHER])  # type: ignore[list-item]
+        first = await client.responses.create(model="m", input="hi",  # type: ignore[list-item]
+                                              tools=[WEATHER, *NAMESPACES])
         before = (await http.get(f"/sessions/{sid}")).json()
         with pytest.raises(openai.BadRequestError) as caught:
             await client.responses.create(model="m", input="again", tools=[  # type: ignore[list-item]
-                WEATHER, {"type": "web_search"}], previous_response_id=first.id)
+                WEATHER, *NAMESPACES, {"type": "web_search"}], previous_response_id=first.id)
         assert caught.value.code == "unsupported_tool"
         assert "web_search" in str(caught.value) and "--hosted-tools" in str(caught.value)
         after = (await http.get(f"/sessions/{sid}")).json()
