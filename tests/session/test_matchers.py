@@ -161,5 +161,4 @@ def test_harness_is_the_default_and_knows_the_family() -> None:
 
     assert ServerConfig(tokenizer="").message_matcher == DEFAULT == "harness"
     assert resolve_matcher("harness") is harness
-    assert getattr(resolve_matcher("harness", call_ids_rendered=False),
-                   "call_ids_rendered") is False
+    assert resolve_matcher("harness", call_ids_rendered=False).call_ids_rendered is False
