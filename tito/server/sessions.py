@@ -121,7 +121,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
             "num_messages": len(session.messages),
             "num_tokens": session.num_tokens,
             "turn_in_progress": session.in_flight,
-            "created_at": session.created_at,
+            "created_at": whole.created_at,
             "last_active": session.last_active,
         },
     }

@@ -156,11 +156,13 @@ class ContextSession:
         yield from (c for c in self.contexts.values() if c is not primary)
 
     def multi(self) -> bool:
-        """Whether any context besides the primary one has turns or runs one."""
+        """Whether any context besides the session's first one has turns or runs one (a
+        header named an agent, or a request opened another conversation): then the views
+        list the contexts and the samples carry lineage."""
         if len(self.contexts) == 1:
             return False
-        primary = self.primary()
-        return any(c.used for c in self.contexts.values() if c is not primary)
+        main = self._main
+        return any(c.used for c in self.contexts.values() if c is not main)
 
     # -- routing (on the event loop) ------------------------------------------------------
     def plan(self, request: TurnRequest) -> TurnPlan:
@@ -366,9 +368,8 @@ class ContextSession:
 
     # -- views -----------------------------------------------------------------------------
     def collection(self) -> Collection:
-        primary = self.primary()
         if not self.multi():
-            return primary.session.collection()
+            return self._main.session.collection()
         used = [c for c in self.ordered() if c.turns]
         return ContextsCollection(
             self.session_id, self.version, [(c.info, c.session.collection()) for c in used],
