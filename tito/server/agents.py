@@ -104,12 +104,23 @@ def asks_structured_output(decoded: Any) -> bool:
     ``json_object``. ``decoded``: what an adapter decoded (its request model, or a tuple or
     wrapper holding it). Reads attributes only."""
     for model in _models(decoded):
-        if _json_type(_get(model, "response_format")) or \
-                _get(_get(model, "output_config"), "format") is not None or \
-                _json_type(_get(model, "output_format")) or \
-                _json_type(_get(_get(model, "text"), "format")):
+        if _json_type(_field(model, "response_format")) or \
+                _get(_field(model, "output_config"), "format") is not None or \
+                _json_type(_field(model, "output_format")) or \
+                _json_type(_get(_field(model, "text"), "format")):
             return True
     return False
+
+
+def _field(model: BaseModel, name: str) -> Any:
+    """A declared or extra field of a request model (None when absent), without the
+    exception a missing attribute costs: this runs on every turn without tools."""
+    value = model.__dict__.get(name)
+    if value is None:
+        extra = model.__pydantic_extra__
+        if extra:
+            value = extra.get(name)
+    return value
 
 
 def _models(decoded: Any) -> list[BaseModel]:

@@ -332,6 +332,7 @@ class Gateway:
             log_discarded(turn.rid, plan.divergence)
         if plan.tolerated:
             metrics.tolerate(plan.tolerated)
+        metrics.agent_turns["main" if plan.context is None else plan.context.role] += 1
         metrics.turn(latency=now - turn.started - turn.held, engine=engine,
                      overhead=now - turn.started - turn.held - engine,
                      prompt=len(plan.prompt_ids), bridge=len(plan.bridge_ids),
