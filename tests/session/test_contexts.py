@@ -202,6 +202,10 @@ def test_headers_name_the_main_agent_and_its_children(renderer: TemplateRenderer
     turn(s, [SYSTEM, {"role": "user", "content": "summary so far"}], "ok",
          agent=AgentRef(agent_id="root", context_id="root-2"), tools=TOOLS)
     assert identities(s)[-1] == ("root-2", "main", None, "header")
+    # a request without headers never joins a named context, nor takes the main view
+    turn(s, [SYSTEM, TASK, a1, {"role": "user", "content": "stray"}], "ok")
+    assert identities(s)[-1] == ("agent-4", "subagent", "root", "inferred")
+    assert s.primary().info.id == "root-1" and not s.contexts["main"].used
 
 
 def test_a_header_agent_gets_its_spawning_call(renderer: TemplateRenderer) -> None:
@@ -285,6 +289,12 @@ def test_side_requests_are_contexts_of_their_own(renderer: TemplateRenderer) -> 
                              ("side-1", "side", "main", "side"),
                              ("side-2", "side", "main", "side")]
     assert len(s.agent_context("side-1").records) == 1
+
+    # a side conversation goes on in its context, side-like or not
+    follow = [*named, {"role": "assistant", "content": "Fixing a test"},
+              *[{"role": "user", "content": f"and {k}?"} for k in range(3)]]
+    turn(s, follow, "ok")
+    assert len(s.contexts) == 3 and len(s.agent_context("side-2").records) == 2
 
     plain = make(renderer, "v1")  # a main agent without tools: no side requests
     turn(plain, [TASK], "A1")

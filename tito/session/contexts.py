@@ -202,13 +202,15 @@ class ContextSession:
         return self._inferred(request)
 
     def _inferred(self, request: TurnRequest) -> AgentContext:
-        """The context a request without agent headers continues (see the module)."""
+        """The context a request without agent headers continues (see the module): the
+        session's first context until it has a turn (unless a header named the main agent
+        elsewhere), then the one with the request's opening among those no header named."""
         main = self._main
-        if not main.turns:
+        if not main.turns and (main.claims or self.primary() is main):
             return main
         first = opening(request.messages)
         for ctx in self.contexts.values():
-            if ctx.info.source in ("default", "inferred") and ctx.opens(first, self.matcher):
+            if ctx.info.source != "header" and ctx.opens(first, self.matcher):
                 return ctx
         if first is None:
             return main  # no messages: the plan refuses it
