@@ -131,17 +131,18 @@ class Gateway:
 
     def _new_session(self, session_id: str) -> Session:
         """A session of agent contexts (design §5.5), each a v1 path or a v2 tree."""
-        config = self.config
+        config, renderer, matcher = self.config, self.renderer, self.matcher
+        # (no reference to the gateway: a deleted session is freed by its refcount)
+        max_nodes = config.max_nodes or MAX_NODES
+        max_rollback = 1 if config.max_rollback is None else config.max_rollback
+        tree = config.session_version == "v2"
 
         def new_context() -> TurnSession:
-            if config.session_version == "v2":
-                return TreeSession(session_id, self.renderer, self.matcher,
-                                   max_nodes=config.max_nodes or MAX_NODES)
-            return LinearSession(session_id, self.renderer, self.matcher,
-                                 max_rollback=1 if config.max_rollback is None
-                                 else config.max_rollback)
+            if tree:
+                return TreeSession(session_id, renderer, matcher, max_nodes=max_nodes)
+            return LinearSession(session_id, renderer, matcher, max_rollback=max_rollback)
 
-        return ContextSession(session_id, new_context, matcher=self.matcher,
+        return ContextSession(session_id, new_context, matcher=matcher,
                               side_requests=config.side_requests, api_state=ApiState())
 
     async def create_session(self) -> Session:

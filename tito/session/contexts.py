@@ -73,8 +73,10 @@ class AgentContext:
         """Whether a request opening with ``message`` continues this conversation."""
         if message is None:
             return False
-        return any(o is message or o == message or matcher(o, message)
-                   for o in self.openings)
+        for known in self.openings:  # a loop, not any(): this runs on every turn
+            if known is message or known == message or matcher(known, message):
+                return True
+        return False
 
     @property
     def used(self) -> bool:
