@@ -45,6 +45,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                    ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
     "hosted_tools": ({"hosted_tools": "ignore"}, ["--hosted-tools 'ignore'", "drop, error"]),
     "images": ({"images": "drop"}, ["--images 'drop'", "reject, placeholder"]),
+    "side_requests": ({"side_requests": "train"}, ["--side-requests 'train'", "drop, keep"]),
     "routing_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
                                "routing_replay": True}, ["--routing-replay", "embedded"]),
     "indexer_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",

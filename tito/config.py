@@ -31,6 +31,9 @@ HOSTED_TOOLS = ("drop", "error")
 tools the gateway cannot run) become: left out of the render and noted, or a 400."""
 IMAGES = ("reject", "placeholder")
 """What an image in a request becomes: a 400 naming it, or a fixed text marker."""
+SIDE_REQUESTS = ("drop", "keep")
+"""Whether side requests' samples (title and structured-output requests of a session
+whose main agent has tools, design §5.5) are returned."""
 
 
 @dataclass
@@ -105,6 +108,9 @@ class ServerConfig:
     images: str = "reject"
     """``reject``: an image in a request is 400 ``unsupported_content``; ``placeholder``:
     each image is rendered as a fixed text marker (noted in the turn)."""
+    side_requests: str = "drop"
+    """``drop``: side requests (their own agent contexts, role ``side``) are served and
+    kept in the session, but their samples are not returned; ``keep``: they are."""
     partial_rollout: bool = False
     """Partial rollout (a trajectory resumed across rollout steps): never supported with
     sessions; present so that a caller asking for it is told so."""
@@ -209,6 +215,9 @@ RULES: tuple[Rule, ...] = (
                    f"{', '.join(HOSTED_TOOLS)}"),
     Rule("images", lambda c: c.images not in IMAGES,
          lambda c: f"--images {c.images!r} is not a choice; use one of {', '.join(IMAGES)}"),
+    Rule("side_requests", lambda c: c.side_requests not in SIDE_REQUESTS,
+         lambda c: f"--side-requests {c.side_requests!r} is not a choice; use one of "
+                   f"{', '.join(SIDE_REQUESTS)}"),
     Rule("routing_replay_engine", lambda c: c.routing_replay and c.engine == "embedded",
          lambda c: "--routing-replay needs an MoE engine that reports routed experts "
                    "(--engine sglang, or the mock with --enable-return-routed-experts); the "

@@ -382,7 +382,8 @@ async def test_max_rollback_lets_v1_rewind_further(make_gateway: Any) -> None:
             messages += [resp.json()["choices"][0]["message"],
                          {"role": "user", "content": f"u{k + 1}"}]
         before = await state(http, sid)
-        deep = await chat(http, sid, [{"role": "user", "content": "elsewhere"}])
+        # the same conversation (its opening message), gone elsewhere at its first reply
+        deep = await chat(http, sid, [messages[0], {"role": "user", "content": "elsewhere"}])
         assert_openai_error(deep, 400, "rollback_too_deep")
         assert "limit of 2" in deep.json()["error"]["message"]
         assert "--max-rollback" in deep.json()["error"]["message"]

@@ -429,7 +429,11 @@ class Fuzz:
         self.before = await state(self.http, self.sid)
         sent = orjson.loads(raw)["messages"]
         meta = self.before["metadata"]
-        assert meta["num_messages"] == len(sent) + 1 and not meta["turn_in_progress"], meta
+        # the main agent's context, or the one a request that opened another
+        # conversation started (design §5.5)
+        served = [meta, *meta.get("contexts", ())]
+        assert any(m["num_messages"] == len(sent) + 1 for m in served), meta
+        assert not meta["turn_in_progress"], meta
         assert meta["num_turns"] >= 1 and len(self.before["records"]) == meta["num_turns"]
         if meta["num_turns"] > MAX_TURNS:
             await self.reset()

@@ -194,19 +194,21 @@ def test_retry_rollback_first_and_later_turns(stack: Any) -> None:
     client = client_for(gateway.url, sid)
     u1 = {"role": "user", "content": "SAY one"}
     client.chat.completions.create(model="m", messages=[u1])
-    # Retry the first turn with a different opening: rolls back to the empty session.
-    u1b = {"role": "user", "content": "SAY uno"}
-    r = client.chat.completions.create(model="m", messages=[u1b])
+    # Retry the first turn with another system prompt (the same opening user message):
+    # rolls back to the empty session. (Another opening would be another conversation.)
+    s1 = {"role": "system", "content": "Be brief."}
+    r = client.chat.completions.create(model="m", messages=[s1, u1])
     a1 = as_message(r.choices[0].message)
-    r = client.chat.completions.create(model="m", messages=[u1b, a1,
+    r = client.chat.completions.create(model="m", messages=[s1, u1, a1,
                                                             {"role": "user", "content": "SAY 2"}])
     a2 = as_message(r.choices[0].message)
     # Retry turn 2 with another user message: one-step rollback.
-    client.chat.completions.create(model="m", messages=[u1b, a1,
+    client.chat.completions.create(model="m", messages=[s1, u1, a1,
                                                         {"role": "user", "content": "SAY dos"}])
     info = httpx.get(f"{gateway.url}/sessions/{sid}?include_messages=true").json()
-    assert info["metadata"]["num_turns"] == 2
-    assert [m["content"] for m in info["messages"]] == ["SAY uno", "uno", "SAY dos", "dos"]
+    assert info["metadata"]["num_turns"] == 2 and "contexts" not in info["metadata"]
+    assert [m["content"] for m in info["messages"]] == ["Be brief.", "SAY one", "one",
+                                                         "SAY dos", "dos"]
     assert a2["content"] == "2"
     log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
     assert log[3]["input_ids"][: len(log[1]["input_ids"]) + len(log[1]["output_ids"])] == \

@@ -152,8 +152,9 @@ async def test_v2_keeps_a_reply_that_the_client_went_on_after_in_a_rewritten_cop
     rewritten = [u1, a1, u2, {"role": "assistant", "content": "Action: get_weather(Paris)"},
                  {"role": "user", "content": "Observation: 21\nSAY done"}]
     await gateway.run_turn(session, TurnRequest(rewritten, tools=TOOLS), params)
-    assert [n.parent for n in session.nodes] == [None, 0, 0]
-    assert session.nodes[2].record.request["rewrote"] == [1]
+    tree = session.agent_context("main")
+    assert [n.parent for n in tree.nodes] == [None, 0, 0]
+    assert tree.nodes[2].record.request["rewrote"] == [1]
     decoded = decode_samples(await samples_payload(gateway, session, None, None))
     assert sorted(s.metadata["leaf"]["node_id"] for s in decoded.samples) == [1, 2]
     await gateway.run_turn(session, TurnRequest(rewritten, tools=TOOLS), params)  # a retry

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from helpers.fakes import FakeEngine
 from helpers.inproc import asgi_client, new_session
@@ -18,7 +19,7 @@ from helpers.support import start_gateway, start_mock
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
-from tito.server.journal import FILE, Journal, frame
+from tito.server.journal import FILE, Journal, frame, read_frames
 from tito.types.errors import ConfigError
 
 
@@ -173,3 +174,115 @@ async def test_kill_9_under_load_loses_no_answered_turn(qwen3_dir: Path, tmp_pat
     finally:
         gateway.stop()
         engine.stop()
+
+
+# -- agent contexts (design §5.5) ------------------------------------------------------------
+TOOLS = [{"type": "function", "function": {"name": "Agent", "parameters": {
+    "type": "object", "properties": {"prompt": {"type": "string"}}}}}]
+
+
+async def turn(http: httpx.AsyncClient, sid: str, messages: list[Any],
+               headers: dict[str, str] | None = None, **body: Any) -> Any:
+    resp = await http.post(f"/sessions/{sid}/v1/chat/completions", headers=headers or {},
+                           json={"messages": messages, **body})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["choices"][0]["message"]
+
+
+async def agents(http: httpx.AsyncClient, sid: str) -> None:
+    """A main agent with tools, a named sub-agent, an inferred one and a side request."""
+    main: list[Any] = [{"role": "user", "content": "main task"}]
+    main += [await turn(http, sid, main, tools=TOOLS), {"role": "user", "content": "more"}]
+    named = {"X-Tito-Agent-Id": "reviewer", "X-Tito-Parent-Agent-Id": "main",
+             "X-Tito-Parent-Tool-Call-Id": "call_9"}
+    sub: list[Any] = [{"role": "user", "content": "review task"}]
+    sub += [await turn(http, sid, sub, named), {"role": "user", "content": "and?"}]
+    await turn(http, sid, sub, named)
+    await turn(http, sid, [{"role": "user", "content": "inferred task"}])
+    await turn(http, sid, [{"role": "user", "content": "name it"}],
+               response_format={"type": "json_schema", "json_schema": {"name": "t"}})
+    await turn(http, sid, main, tools=TOOLS)
+
+
+async def contexts_view(http: httpx.AsyncClient, sid: str) -> Any:
+    whole = await view(http, sid)
+    ids = [c["context_id"] for c in whole["metadata"]["contexts"]]
+    parts = {}
+    for context in ids:
+        part = (await http.get(f"/sessions/{sid}", params={
+            "context": context, "include_ids": "1", "include_messages": "1"})).json()
+        part["metadata"].pop("last_active")
+        parts[context] = part
+    return whole, parts
+
+
+async def all_samples(http: httpx.AsyncClient, sid: str) -> Any:
+    resp = await http.post(f"/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200
+    decoded = decode_samples(resp.content)
+    return [(s.tokens.tolist(), s.loss_mask.tolist(),  # type: ignore[union-attr]
+             {k: s.metadata[k] for k in ("agent_id", "context_id", "parent_agent_id",
+                                         "parent_tool_call_id", "role")})
+            for s in decoded.samples], decoded.session_metadata["contexts"]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_replay_restores_agent_contexts(make_gateway: Any, tmp_path: Path,
+                                              version: str) -> None:
+    first: Gateway = make_gateway(journal=str(tmp_path), session_version=version)
+    async with asgi_client(first) as http:
+        sid = await new_session(http)
+        await agents(http, sid)
+        before, out = await contexts_view(http, sid), await all_samples(http, sid)
+    assert first.journal is not None
+    first.journal.close()
+    headers = [header for _, header, _, _ in read_frames((tmp_path / FILE).read_bytes())]
+    contexts = [h.get("context", {}).get("id") for h in headers if h["op"] == "turn"]
+    assert contexts == [None, "reviewer", "reviewer", "agent-2", "side-3", None]
+    assert [r for *_, r in out[0]] == [
+        {"agent_id": "main", "context_id": "main", "parent_agent_id": None,
+         "parent_tool_call_id": None, "role": "main"},
+        {"agent_id": "reviewer", "context_id": "reviewer", "parent_agent_id": "main",
+         "parent_tool_call_id": "call_9", "role": "subagent"},
+        {"agent_id": "agent-2", "context_id": "agent-2", "parent_agent_id": "main",
+         "parent_tool_call_id": None, "role": "subagent"}]
+
+    second: Gateway = make_gateway(journal=str(tmp_path), session_version=version)
+    async with asgi_client(second) as http:
+        assert await contexts_view(http, sid) == before
+        assert await all_samples(http, sid) == out
+        # the restored contexts go on: the sub-agent is still the sub-agent
+        sub = before[1]["reviewer"]["messages"]
+        await turn(http, sid, [*sub, {"role": "user", "content": "last"}],
+                   {"X-Tito-Agent-Id": "reviewer"})
+        assert (await view(http, sid))["metadata"]["contexts"][1]["num_turns"] == 3
+
+
+async def test_a_journal_without_contexts_replays_into_the_main_context(
+        make_gateway: Any, tmp_path: Path) -> None:
+    """Frames without a ``context`` field (older journals) are the main context's."""
+    first: Gateway = make_gateway(journal=str(tmp_path))
+    async with asgi_client(first) as http:
+        sid = await new_session(http)
+        messages: list[Any] = [{"role": "user", "content": "task"}]
+        headers = {"X-Tito-Agent-Id": "solo"}  # the session's first agent: the main one
+        messages += [await turn(http, sid, messages, headers),
+                     {"role": "user", "content": "more"}]
+        await turn(http, sid, messages, headers)
+        named = await all_samples(http, sid)
+    assert first.journal is not None
+    first.journal.close()
+    path = tmp_path / FILE
+    old = b""
+    for _, header, payload, _ in read_frames(path.read_bytes()):
+        header.pop("context", None)
+        old += frame(header, np.frombuffer(bytes(payload), dtype=np.uint8))
+    path.write_bytes(old)
+    second: Gateway = make_gateway(journal=str(tmp_path))
+    async with asgi_client(second) as http:
+        meta = (await view(http, sid))["metadata"]
+        assert meta["num_turns"] == 2 and "contexts" not in meta
+        resp = await http.post(f"/sessions/{sid}/samples", json={})
+        [sample] = decode_samples(resp.content).samples
+        assert sample.tokens.tolist() == named[0][0][0]
+        assert "context_id" not in sample.metadata

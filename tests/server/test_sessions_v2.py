@@ -109,11 +109,11 @@ async def test_node_cap_is_checked_before_the_engine(v2: Callable[..., Gateway])
     async with asgi_client(gateway) as http:
         sid = await new_session(http)
         await extend(http, sid, [user("a")])
-        await extend(http, sid, [user("b")])
+        await extend(http, sid, [user("a"), user("b")])  # the same conversation: a root
         calls = len(engine.calls)
         sdk = openai_for(http, sid)
         with pytest.raises(openai.ConflictError) as err:
-            await sdk.chat.completions.create(model="m", messages=[user("c")])
+            await sdk.chat.completions.create(model="m", messages=[user("a"), user("c")])
         assert len(engine.calls) == calls
     body: Any = err.value.body
     assert body["code"] == "node_cap_reached"
@@ -187,7 +187,8 @@ async def test_empty_tree_has_no_records(v2: Callable[..., Gateway]) -> None:
 async def test_compaction_and_a_sub_agent_grow_the_forest(v2: Callable[..., Gateway]
                                                           ) -> None:
     """A harness that rewrites an old assistant message (compaction), and a sub-agent that
-    shares nothing with the main conversation: both are served, both are samples."""
+    shares nothing with the main conversation: both are served, both are samples (the
+    sub-agent in an agent context of its own, design §5.5)."""
     async with asgi_client(v2()) as http:
         sid = await new_session(http)
         history: list[Message] = [user("u0")]
@@ -200,8 +201,12 @@ async def test_compaction_and_a_sub_agent_grow_the_forest(v2: Callable[..., Gate
         resp = await http.post(f"/sessions/{sid}/samples")
     decoded = decode_samples(resp.content)
     nodes = decoded.session_metadata["tree"]["nodes"]
-    assert [n["parent"] for n in nodes] == [None, 0, None, None]
-    assert sorted(s.metadata["leaf"]["node_id"] for s in decoded.samples) == [1, 2, 3]
+    assert [n["parent"] for n in nodes] == [None, 0, None]
+    contexts = decoded.session_metadata["contexts"]
+    assert [(c["context_id"], c["role"], c["parent_agent_id"]) for c in contexts] == \
+        [("main", "main", None), ("agent-1", "subagent", "main")]
+    assert sorted((s.metadata["context_id"], s.metadata["leaf"]["node_id"])
+                  for s in decoded.samples) == [("agent-1", 0), ("main", 1), ("main", 2)]
 
 
 async def test_sdk_retry_of_an_answered_turn_replays_it(v2: Callable[..., Gateway]) -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from tito.config import HOSTED_TOOLS, IMAGES, ServerConfig
+from tito.config import HOSTED_TOOLS, IMAGES, SIDE_REQUESTS, ServerConfig
 from tito.heap import freeze_startup_heap, one_malloc_arena, tune_for_serving
 from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
@@ -145,6 +145,10 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                    help="images in a request: reject (400); placeholder renders each as a "
                         "fixed text marker, noted in the samples (a text model's rollout "
                         "survives)")
+    p.add_argument("--side-requests", default="drop", choices=list(SIDE_REQUESTS),
+                   help="side requests (no tools, and structured output or a title, on a "
+                        "session whose main agent has tools): their own agent context, "
+                        "served either way; drop leaves their samples out, keep returns them")
     p.add_argument("--partial-rollout", action="store_true",
                    help="refused: partial rollout is not supported with sessions (any "
                         "version); accepted only to say so")
@@ -158,7 +162,8 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
             "indexer_replay": args.indexer_replay,
             "lora_name": args.lora_name, "partial_rollout": args.partial_rollout,
-            "hosted_tools": args.hosted_tools, "images": args.images}
+            "hosted_tools": args.hosted_tools, "images": args.images,
+            "side_requests": args.side_requests}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

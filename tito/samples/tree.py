@@ -15,7 +15,9 @@ postprocessor.
 
 :func:`run_hooks` runs both, checks the picker's answer (a duplicate-free subset of its
 input: selection only) and turns any failure into an :class:`AssemblyError` (422) naming
-the hooks. The output is ordered deeper path first, then later commit.
+the hooks. The output is ordered deeper path first, then later commit (in a session of
+several agent contexts, the main agent's context first; each context's nodes are its own:
+samples carry ``context_id``).
 """
 
 from __future__ import annotations
@@ -91,16 +93,38 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
     A root leaf is superseded by a later root with the same first prompt (a re-sent
     first turn); a later root with another prompt is another conversation (a
     sub-agent) and supersedes nothing. Deep abandoned lines have no later sibling at
-    their leaf and are kept: they are data. Output: deeper path first, then later commit.
+    their leaf and are kept: they are data. In a session of several agent contexts each
+    context's tree is its own (``context_id``). Output: the main agent's context first,
+    then deeper path first, then later commit.
     """
-    nodes = session_metadata["tree"]["nodes"]
+    groups: dict[Any, list[Sample]] = {}
+    for sample in leaf_samples:
+        groups.setdefault(sample.metadata.get("context_id"), []).append(sample)
+    kept = [s for context, samples in groups.items()
+            for s in _not_superseded(samples, tree_of(session_metadata, context))]
+    return sorted(kept, key=order_key(session_metadata), reverse=True)
+
+
+def tree_of(session_metadata: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The tree a leaf sample belongs to: the session's, or its agent context's."""
+    if context is None:
+        return dict(session_metadata["tree"])
+    for entry in session_metadata.get("contexts") or ():
+        if entry.get("context_id") == context:
+            return dict(entry["tree"])
+    raise AssemblyError(f"sample of agent context {context!r}, which the session metadata "
+                        "does not list")
+
+
+def _not_superseded(samples: list[Sample], tree: dict[str, Any]) -> list[Sample]:
+    nodes = tree["nodes"]
     parents = {node["id"]: node["parent"] for node in nodes}
     rewrote = {node["id"]: set(node.get("rewrote") or ()) for node in nodes}
     children: dict[int | None, list[int]] = {}
     for node_id, parent in parents.items():
         children.setdefault(parent, []).append(node_id)
     root_prompts = {int(leaf_info(s)["path_node_ids"][0]): s.tokens[: s.prompt_length]
-                    for s in leaf_samples}
+                    for s in samples}
 
     def superseded(sample: Sample) -> bool:
         leaf = leaf_info(sample)
@@ -112,29 +136,41 @@ def drop_retries(leaf_samples: list[Sample], session_metadata: dict[str, Any]
         return any(n in root_prompts and np.array_equal(root_prompts[n], prompt)
                    for n in later)
 
-    return sorted((s for s in leaf_samples if not superseded(s)), key=_order, reverse=True)
+    return [s for s in samples if not superseded(s)]
 
 
-def _order(sample: Sample) -> tuple[int, int]:
-    leaf = leaf_info(sample)
-    return len(leaf["path_node_ids"]), int(leaf["node_id"])
+def order_key(session_metadata: dict[str, Any]
+              ) -> Callable[[Sample], tuple[int, int, int]]:
+    """The picked samples' order (descending): the main agent's context first (then the
+    others as the session metadata lists them), deeper path first, then later commit."""
+    rank = {entry.get("context_id"): k
+            for k, entry in enumerate(session_metadata.get("contexts") or ())}
+
+    def key(sample: Sample) -> tuple[int, int, int]:
+        leaf = leaf_info(sample)
+        return (-rank.get(sample.metadata.get("context_id"), 0), len(leaf["path_node_ids"]),
+                int(leaf["node_id"]))
+
+    return key
 
 
 def train_once(samples: list[Sample], session_metadata: dict[str, Any],
                agent_metadata: dict[str, Any]) -> list[Sample]:
     """The default postprocessor. Every node's completion trains in exactly one sample:
     the kept sample of the earliest leaf (lowest node id) whose path holds it; the others
-    zero their loss mask over it. An agent ``reward`` (a number) becomes every sample's
-    ``reward``. The order is kept."""
-    owner: dict[int, int] = {}
+    zero their loss mask over it (nodes are those of the sample's agent context). An
+    agent ``reward`` (a number) becomes every sample's ``reward``. The order is kept."""
+    owner: dict[tuple[Any, int], int] = {}
     for k, sample in sorted(enumerate(samples), key=lambda ks: int(leaf_info(ks[1])["node_id"])):
+        context = sample.metadata.get("context_id")
         for node_id in leaf_info(sample)["path_node_ids"]:
-            owner.setdefault(int(node_id), k)
+            owner.setdefault((context, int(node_id)), k)
     for k, sample in enumerate(samples):
         prompt_len = sample.prompt_length
         mask = sample.loss_mask
+        context = sample.metadata.get("context_id")
         for node_id, start, end in leaf_info(sample)["completion_spans"]:
-            if owner[int(node_id)] == k or mask is None:
+            if owner[(context, int(node_id))] == k or mask is None:
                 continue
             lo, hi = max(start - prompt_len, 0), max(end - prompt_len, 0)
             if hi > lo:
@@ -163,7 +199,8 @@ def run_hooks(leaf_samples: list[Sample], *, picker: Picker, postprocessor: Post
     except Exception as exc:
         raise AssemblyError(f"{where}: {type(exc).__name__}: {exc}") from exc
     _check_subset(picked, leaf_samples, where)
-    picked = sorted(picked, key=_order, reverse=True)  # deeper path first, then later commit
+    # the main agent's context first, deeper path first, then later commit
+    picked = sorted(picked, key=order_key(session_metadata), reverse=True)
     try:
         out = postprocessor(picked, session_metadata, agent_metadata)
     except AssemblyError as exc:

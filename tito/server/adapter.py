@@ -3,13 +3,15 @@
 
 The skeleton, for ``POST /sessions/<id>/<the API's path>``:
 
-1. look the session up; read the body (decoded off the event loop when it is big,
+1. read the agent headers (:mod:`tito.server.agents`: the agent context the turn is
+   for); look the session up; read the body (decoded off the event loop when it is big,
    :func:`tito.server.serving.read_turn_body`) with :meth:`TurnAdapter.decode`, against
    the session's stored state (its :class:`~tito.server.api_state.ApiState` and stored
    messages);
 2. :meth:`TurnAdapter.prepare`: the core turn (:class:`~tito.types.messages.TurnRequest`,
-   :class:`~tito.types.engine.SamplingParams`) and whether it streams; a structured-output
-   schema the engine cannot enforce is noted in the turn
+   :class:`~tito.types.engine.SamplingParams`) and whether it streams; the turn gets the
+   agent headers and, without tools, whether it asks for structured output; a
+   structured-output schema the engine cannot enforce is noted in the turn
    (:func:`tito.server.unsupported.note_unenforced`);
 3. unstreamed: run the turn with idempotent retries and disconnect handling
    (:func:`tito.server.serving.run_api_turn`) and send :meth:`TurnAdapter.reply` as JSON;
@@ -34,6 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tito.server.agents import agent_ref, asks_structured_output
 from tito.server.api import route_of
 from tito.server.api_state import ApiState
 from tito.server.errors import status_of
@@ -139,12 +142,18 @@ def turn_endpoint(adapter: TurnAdapter[Any, Any]
 
 async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Request
                      ) -> Response:
+    agent = agent_ref(request.scope["headers"])  # a malformed agent header: 400 first
     session = gateway.session(request.path_params["session_id"])
     ctx = TurnContext(gateway, session, ApiState.of(session), list(session.messages))
     raw, offload, decoded = await read_turn_body(
         gateway, request, lambda body: adapter.decode(ctx, body))
     turn = adapter.prepare(ctx, decoded)
     note_unenforced(gateway.engine, turn.turn, turn.params)
+    core = turn.turn
+    core.agent = agent
+    if not core.tools and not core.structured:  # a side request's sign (design §5.5)
+        core.structured = turn.params.json_schema is not None or \
+            asks_structured_output(decoded)
     response_id = adapter.id_prefix + os.urandom(16).hex()
 
     def reply(outcome: TurnOutcome) -> B:

@@ -30,8 +30,9 @@ from tito.server.engine_control import EngineControl
 from tito.server.journal import Journal
 from tito.server.metrics import Metrics
 from tito.server.routing_replay import RoutingReplay
-from tito.session import LinearSession, Session, TreeSession
+from tito.session import LinearSession, Session, TreeSession, TurnSession
 from tito.session.collect import Hooks
+from tito.session.contexts import ContextSession
 from tito.session.matchers import resolve_matcher
 from tito.session.metadata import Describer
 from tito.session.store import SessionStore
@@ -129,13 +130,20 @@ class Gateway:
         return Describer(self.renderer, self.instance_id)
 
     def _new_session(self, session_id: str) -> Session:
-        if self.config.session_version == "v2":
-            return TreeSession(session_id, self.renderer, self.matcher,
-                               max_nodes=self.config.max_nodes or MAX_NODES,
-                               api_state=ApiState())
-        max_rollback = 1 if self.config.max_rollback is None else self.config.max_rollback
-        return LinearSession(session_id, self.renderer, self.matcher,
-                             max_rollback=max_rollback, api_state=ApiState())
+        """A session of agent contexts (design §5.5), each a v1 path or a v2 tree."""
+        config, renderer, matcher = self.config, self.renderer, self.matcher
+        # (no reference to the gateway: a deleted session is freed by its refcount)
+        max_nodes = config.max_nodes or MAX_NODES
+        max_rollback = 1 if config.max_rollback is None else config.max_rollback
+        tree = config.session_version == "v2"
+
+        def new_context() -> TurnSession:
+            if tree:
+                return TreeSession(session_id, renderer, matcher, max_nodes=max_nodes)
+            return LinearSession(session_id, renderer, matcher, max_rollback=max_rollback)
+
+        return ContextSession(session_id, new_context, matcher=matcher,
+                              side_requests=config.side_requests, api_state=ApiState())
 
     async def create_session(self) -> Session:
         session = self.store.create()
@@ -196,11 +204,11 @@ class Gateway:
 
     async def _plan(self, session: Session, request: TurnRequest) -> TurnPlan:
         """Plan an offloaded turn in the worker pool (others plan on the loop)."""
-        session.begin()  # claimed on the loop: no second turn can start meanwhile
+        session.begin(request)  # claimed on the loop: no second turn can start meanwhile
         try:
             return await self.offload(session.prepare, request)
         except BaseException:
-            session.release()
+            session.release(request=request)
             raise
 
     async def run_turn(self, session: Session, request: TurnRequest,
@@ -325,6 +333,7 @@ class Gateway:
             log_discarded(turn.rid, plan.divergence)
         if plan.tolerated:
             metrics.tolerate(plan.tolerated)
+        metrics.agent_turns["main" if plan.context is None else plan.context.role] += 1
         metrics.turn(latency=now - turn.started - turn.held, engine=engine,
                      overhead=now - turn.started - turn.held - engine,
                      prompt=len(plan.prompt_ids), bridge=len(plan.bridge_ids),

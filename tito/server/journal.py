@@ -12,8 +12,11 @@ tombstones (410). The file is then compacted: rewritten with the frames of the l
 sessions only, atomically (write to a new file, fsync, rename).
 
 Frame: ``u32 length | u32 crc32 | payload``; payload: an orjson header line, then the raw
-arrays it names (int32 ids, float32 or float64 logprobs). A torn or corrupt frame at the end
-(a crash mid-write) ends the replay there; one in the middle is an error naming its offset.
+arrays it names (int32 ids, float32 or float64 logprobs). A turn of an agent context other
+than the session's main one names it (``context``: its id and identity, design §5.5); a
+turn without it (every turn of an older journal) replays into the main context. A torn or
+corrupt frame at the end (a crash mid-write) ends the replay there; one in the middle is an
+error naming its offset.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 import orjson
 
 from tito.session import Session
+from tito.session.agents import MAIN, ContextInfo
 from tito.session.turns import TurnCommit
 from tito.types.errors import ConfigError
 from tito.types.records import IDS_DTYPE, LOGPROB_DTYPE, TurnRecord
@@ -66,6 +70,8 @@ def turn_frame(session_id: str, turn: TurnCommit) -> bytes:
               "logprobs_dtype": np.dtype(rec.logprobs.dtype).str,
               **{f"{name}_shape": None if getattr(rec, name) is None
                  else list(getattr(rec, name).shape) for name in _ROWS}}
+    if turn.context is not None and turn.context.id != MAIN:  # the main context: no field
+        header["context"] = turn.context.to_json()
     arrays = [np.asarray(getattr(rec, name), _dtype(rec, name, dtype))
               for name, dtype in _ARRAYS]
     arrays += [np.ascontiguousarray(getattr(rec, name), dtype="<i4") for name in _ROWS
@@ -116,9 +122,11 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
                 .astype(np.int32).reshape(shape)
             start += size
     record = TurnRecord(**header["record"], **parts)
+    context = header.get("context")  # absent: the main context (and older journals)
     return TurnCommit(header["keep_records"], header["keep_messages"], header["appended"],
                       header["message"], header["tools"], record, header.get("parent"),
-                      header.get("response_id"))
+                      header.get("response_id"),
+                      None if context is None else ContextInfo.from_json(context))
 
 
 # -- replay ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tito.session.agents import ROLES as AGENT_ROLES
 from tito.session.matchers import TOLERATED_KINDS
 from tito.types.mismatch import MISMATCH_TYPES
 
@@ -77,6 +78,8 @@ class Metrics:
         self.mismatches: Counter[str] = Counter(dict.fromkeys(MISMATCH_TYPES, 0))
         self.tolerated: Counter[str] = Counter(dict.fromkeys(TOLERATED_KINDS, 0))
         """Every class from the start (at 0), so a dashboard's rate() has a series."""
+        self.agent_turns: Counter[str] = Counter(dict.fromkeys(AGENT_ROLES, 0))
+        """Committed turns by their agent context's role (design §5.5)."""
         self.turn_latency = Histogram(
             "tito_turn_latency_seconds", "Turn time in the gateway: from the parsed request "
             "to the committed turn (engine time included).", SECONDS)
@@ -151,6 +154,9 @@ class Metrics:
         lines.append("# TYPE tito_tolerated_total counter")
         for kind, value in sorted(self.tolerated.items()):
             lines.append(f'tito_tolerated_total{{kind="{_label(kind)}"}} {value}')
+        lines.append("# TYPE tito_agent_turns_total counter")
+        for role, value in sorted(self.agent_turns.items()):
+            lines.append(f'tito_agent_turns_total{{role="{_label(role)}"}} {value}')
         lines.append("# TYPE tito_mismatches_total counter")
         for kind, value in sorted(self.mismatches.items()):
             lines.append(f'tito_mismatches_total{{type="{_label(kind)}"}} {value}')

@@ -14,8 +14,10 @@ from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
 from tito.server.http import check_depth, int_query, json_response, read_body, read_json
 from tito.server.samples import samples_payload, stored_sizes
+from tito.session import TurnSession
 from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
+from tito.types.records import TurnRecord
 
 MAX_PAGE = 1000
 PAGE_ID_BUDGET = 65_536
@@ -86,8 +88,15 @@ def _flag(request: Request, name: str) -> bool:
 
 
 async def get_session(gateway: Gateway, request: Request) -> Response:
-    """Records (paged: ``offset``, ``limit`` <= 1000) and metadata; ids only on request."""
-    session = gateway.session(request.path_params["session_id"])
+    """Records (paged: ``offset``, ``limit`` <= 1000) and metadata; ids only on request;
+    ``context``: one agent context's instead of the main agent's (design §5.5)."""
+    whole = gateway.session(request.path_params["session_id"])
+    session: TurnSession = whole
+    details = whole.details()  # the contexts, when the session has several
+    context = request.query_params.get("context")
+    if context is not None:
+        session = whole.agent_context(context)
+        details = {**session.details(), "context_id": context}
     offset = int_query(request, "offset", 0, 0, 1 << 31)
     limit = int_query(request, "limit", 100, 1, MAX_PAGE)
     include_ids = _flag(request, "include_ids")
@@ -100,29 +109,9 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
                 page = page[:n]
                 break
     end = offset + len(page)
-    records = []
-    for rec in page:
-        item: dict[str, Any] = {
-            "turn": rec.turn,
-            "prompt_len": rec.prompt_len,
-            "bridge_len": len(rec.bridge_ids),
-            "drop": rec.drop,
-            "output_len": len(rec.output_ids),
-            "finish_reason": rec.finish_reason,
-            "weight_version": rec.weight_version,
-            "cached_tokens": rec.cached_tokens,
-            "e2e_latency": rec.e2e_latency,
-            "request_ts": rec.request_ts,
-            "commit_ts": rec.commit_ts,
-            **rec.request,
-        }
-        if include_ids:
-            item.update(bridge_ids=rec.bridge_ids, output_ids=rec.output_ids,
-                        logprobs=rec.logprobs)
-        records.append(item)
     body: dict[str, Any] = {
         "session_id": session.session_id,
-        "records": records,
+        "records": [_record_item(rec, include_ids) for rec in page],
         "page": {"offset": offset, "limit": limit, "total": len(session.records),
                  "next_offset": end if end < len(session.records) else None},
         "metadata": {
@@ -132,14 +121,36 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
             "num_messages": len(session.messages),
             "num_tokens": session.num_tokens,
             "turn_in_progress": session.in_flight,
-            "created_at": session.created_at,
+            "created_at": whole.created_at,
             "last_active": session.last_active,
         },
     }
-    body["metadata"].update(session.details())  # a tree's: the records are its active path's
+    body["metadata"].update(details)  # a tree's: the records are its active path's
     if _flag(request, "include_messages"):
         body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)
+
+
+def _record_item(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
+    """One record as ``GET /sessions/<id>`` lists it."""
+    item: dict[str, Any] = {
+        "turn": rec.turn,
+        "prompt_len": rec.prompt_len,
+        "bridge_len": len(rec.bridge_ids),
+        "drop": rec.drop,
+        "output_len": len(rec.output_ids),
+        "finish_reason": rec.finish_reason,
+        "weight_version": rec.weight_version,
+        "cached_tokens": rec.cached_tokens,
+        "e2e_latency": rec.e2e_latency,
+        "request_ts": rec.request_ts,
+        "commit_ts": rec.commit_ts,
+        **rec.request,
+    }
+    if include_ids:
+        item.update(bridge_ids=rec.bridge_ids, output_ids=rec.output_ids,
+                    logprobs=rec.logprobs)
+    return item
 
 
 async def delete_session(gateway: Gateway, request: Request) -> Response:

@@ -45,16 +45,21 @@ class StoredBytes:
     """Bytes of routing and indexer rows."""
 
 
-class Session(Protocol):
-    """A live session, as the server uses it."""
+class TurnSession(Protocol):
+    """A session-like object: a v1 path, a v2 tree, or one agent context inside a
+    session (:mod:`tito.session.contexts`)."""
 
     session_id: str
-    version: ClassVar[str]
     closed: bool
     created_at: float
     last_active: float
     api_state: object
     """What the API layer keeps per session (:class:`tito.server.api_state.ApiState`)."""
+
+    @property
+    def version(self) -> str:
+        """``v1`` or ``v2``."""
+        ...
 
     @property
     def in_flight(self) -> bool: ...
@@ -74,11 +79,18 @@ class Session(Protocol):
 
     def plan(self, request: TurnRequest) -> TurnPlan: ...
 
-    def begin(self) -> None: ...
+    def begin(self, request: TurnRequest) -> None:
+        """Claim the session for ``request``'s turn (a session of agent contexts: the
+        context it routes to, named in ``request.context``)."""
+        ...
 
     def prepare(self, request: TurnRequest) -> TurnPlan: ...
 
-    def release(self, plan: TurnPlan | None = None) -> None: ...
+    def release(self, plan: TurnPlan | None = None, *,
+                request: TurnRequest | None = None) -> None:
+        """Give up a claim: the failed turn's ``plan``, or its ``request`` when it failed
+        before it had one."""
+        ...
 
     def prepare_commit(self, plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
                        message: Message, *, routed: np.ndarray | None = None,
@@ -102,6 +114,15 @@ class Session(Protocol):
     def view_key(self) -> Hashable: ...
 
 
+class Session(TurnSession, Protocol):
+    """A live session, as the server uses it: turns are routed to its agent contexts
+    (:class:`tito.session.contexts.ContextSession`)."""
+
+    def agent_context(self, context_id: str) -> TurnSession:
+        """One of its agent contexts, by id (400 ``unknown_context`` when it has none)."""
+        ...
+
+
 class SessionBase(ABC):
     """What v1 and v2 sessions share: identity, times, the API state, planning around a
     claim, and building a commit."""
@@ -123,15 +144,15 @@ class SessionBase(ABC):
     # -- planning -------------------------------------------------------------------------
     def plan(self, request: TurnRequest) -> TurnPlan:
         """Validate ``request`` and compute its prompt ids; raises before any mutation."""
-        self.begin()
+        self.begin(request)
         try:
             return self.prepare(request)
         except BaseException:
-            self.release()
+            self.release(request=request)
             raise
 
     @abstractmethod
-    def begin(self) -> None:
+    def begin(self, request: TurnRequest | None = None) -> None:
         """Claim the session for one turn."""
 
     @abstractmethod
@@ -140,7 +161,8 @@ class SessionBase(ABC):
         so it may run in a worker thread while the session is claimed."""
 
     @abstractmethod
-    def release(self, plan: TurnPlan | None = None) -> None:
+    def release(self, plan: TurnPlan | None = None, *,
+                request: TurnRequest | None = None) -> None:
         """The turn failed (or the claim is given up): the session is as before."""
 
     # -- commit ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ A reader that needs the version's own shape (the viewer) visits the collection
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from tito.samples import assemble
 from tito.samples.sample import Sample
 from tito.samples.tree import LeafPath, Picker, Postprocessor, assemble_leaves, run_hooks
+from tito.session.agents import ContextInfo
 from tito.session.metadata import Describer
 from tito.session.nodes import Node, leaves_of, path_of
 from tito.types.messages import Message
@@ -179,3 +180,71 @@ class TreeCollection:
 
     def visit(self, visitor: CollectionVisitor[T]) -> T:
         return visitor.tree(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextsCollection:
+    """A session of several agent contexts (design §5.5): each context's collection, the
+    main agent's first. v1: one sample per context; v2: the leaves of every context, then
+    one picker and postprocessor over them all. Every sample carries its context's lineage;
+    side requests' samples are left out unless ``--side-requests keep``."""
+
+    session_id: str
+    version: str
+    parts: list[tuple[ContextInfo, Collection]]
+    entries: list[dict[str, Any]]
+    """The contexts as the session metadata lists them (``contexts``)."""
+    side_requests: str
+    running: bool
+
+    def metadata(self, describer: Describer) -> dict[str, Any]:
+        """The main agent's metadata, and the contexts."""
+        return self._listed(self.parts[0][1].metadata(describer))
+
+    def _listed(self, meta: dict[str, Any]) -> dict[str, Any]:
+        meta["contexts"] = [dict(entry) for entry in self.entries]
+        if any(info.role == "side" for info, _ in self.parts):
+            meta["side_requests"] = self.side_requests
+        return meta
+
+    def collect(self, settings: CollectSettings) -> Collected:
+        parts = [coll.visit(_PartSamples(replace(settings, agent_metadata={
+            **settings.agent_metadata, **info.lineage()}), first=k == 0))
+                 for k, (info, coll) in enumerate(self.parts)]
+        session_meta = self._listed(parts[0][0].session_metadata)
+        session_meta["turn_in_progress"] = self.running
+        samples = [s for part, _ in parts for s in part.samples]
+        leaves = sum(len(part.samples) for part, tree in parts if tree)
+        if samples and any(tree for _, tree in parts):
+            hooks = settings.hooks
+            samples = run_hooks(samples, picker=hooks.picker,
+                                postprocessor=hooks.postprocessor, names=hooks.names,
+                                session_metadata=session_meta,
+                                agent_metadata=settings.agent_metadata)
+        if self.side_requests == "drop":
+            samples = [s for s in samples if s.metadata.get("role") != "side"]
+        trained = any(info.role != "side" or self.side_requests == "keep"
+                      for info, _ in self.parts)
+        empty = None if samples else ("all_truncated" if trained else "no_records")
+        return Collected(samples, session_meta, empty, leaves)
+
+    def visit(self, visitor: CollectionVisitor[T]) -> T:
+        """The main agent's context, in its version's shape."""
+        return self.parts[0][1].visit(visitor)
+
+
+@dataclass(frozen=True, slots=True)
+class _PartSamples:
+    """One context's samples inside a session of contexts (v2: before the picker), and
+    whether they are a tree's leaves; ``first``: the main agent's, whose metadata is the
+    payload's."""
+
+    settings: CollectSettings
+    first: bool
+
+    def linear(self, collection: LinearCollection) -> tuple[Collected, bool]:
+        return collection.collect(self.settings), False
+
+    def tree(self, collection: TreeCollection) -> tuple[Collected, bool]:
+        meta = collection.metadata(self.settings.describer) if self.first else {}
+        return Collected(collection.leaf_samples(self.settings), meta, None), True

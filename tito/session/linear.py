@@ -66,7 +66,7 @@ class LinearSession(SessionBase):
         self.in_flight = False
 
     # -- planning -------------------------------------------------------------------------
-    def begin(self) -> None:
+    def begin(self, request: TurnRequest | None = None) -> None:
         """Claim the session for one turn (409 while another one runs)."""
         if self.in_flight:
             raise Conflict(
@@ -160,7 +160,8 @@ class LinearSession(SessionBase):
                          rolled_back=rolled_back)
 
     # -- commit / release ----------------------------------------------------------------
-    def release(self, plan: TurnPlan | None = None) -> None:
+    def release(self, plan: TurnPlan | None = None, *,
+                request: TurnRequest | None = None) -> None:
         """The turn failed (or the claim of :meth:`begin` is given up): the session is left
         exactly as before the request."""
         self.in_flight = False

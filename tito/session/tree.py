@@ -132,7 +132,7 @@ class TreeSession(SessionBase):
         """See :func:`attach_point`."""
         return attach_point(self.nodes, request, self.matcher, exact=self._exact)
 
-    def begin(self) -> None:
+    def begin(self, request: TurnRequest | None = None) -> None:
         """Claim room for one more node (concurrent turns are allowed: they commit as
         siblings). The node cap is checked here, before the engine is called."""
         if len(self.nodes) + self._reserved >= self.max_nodes:
@@ -230,7 +230,8 @@ class TreeSession(SessionBase):
         return snapshot_ids([n.record for n in path_of(nodes, node_id)])
 
     # -- commit / release -----------------------------------------------------------------
-    def release(self, plan: TurnPlan | None = None) -> None:
+    def release(self, plan: TurnPlan | None = None, *,
+                request: TurnRequest | None = None) -> None:
         """The turn failed or was given up: the tree is exactly as before."""
         self._running -= 1
         self._reserved -= 1

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
+from tito.session.agents import ContextInfo
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import BUILTIN, Matcher, differing_fields, tolerated
 from tito.types.engine import CheckedOutput, GenerateResult
@@ -57,6 +58,8 @@ class TurnPlan:
     divergence: dict[str, Any] | None = None
     """Where the request left the stored path when it discards generated turns: the first
     differing message and its fields (``fields`` empty: the request ends there)."""
+    context: ContextInfo | None = None
+    """The agent context the turn belongs to (None: a session without contexts)."""
 
     @property
     def appended(self) -> list[Message]:
@@ -77,6 +80,8 @@ class TurnCommit:
     parent: int | None = None
     """v2: the node this turn's node hangs under (None: a root)."""
     response_id: str | None = None
+    context: ContextInfo | None = None
+    """The agent context it belongs to (None: the session's main context)."""
 
 
 def exact_matches(matcher: Matcher) -> bool:
@@ -214,7 +219,8 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         request=request_facts,
     )
     return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,
-                      plan.request.tools, record, plan.parent, plan.response_id)
+                      plan.request.tools, record, plan.parent, plan.response_id,
+                      plan.context)
 
 
 def extended_snapshot(snapshot: IdBuffer | None, plan: TurnPlan, output: np.ndarray

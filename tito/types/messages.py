@@ -15,6 +15,26 @@ Message = dict[str, Any]
 """One chat message in OpenAI's shape, as sent by the client or written by the gateway."""
 
 
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    """The agent a request says it comes from (its agent headers, design §5.5): the
+    session routes it to that agent's context instead of inferring one."""
+
+    agent_id: str | None = None
+    context_id: str | None = None
+    """One agent's context when it has several (the reference framework's context id);
+    None: the agent's own."""
+    parent_agent_id: str | None = None
+    parent_tool_call_id: str | None = None
+    header: str = ""
+    """The header the agent id came from (for error messages)."""
+
+    @property
+    def key(self) -> str | None:
+        """The context it names: its context id, else its agent id."""
+        return self.context_id or self.agent_id
+
+
 @dataclass(slots=True)
 class TurnRequest:
     """What a session needs from a chat request, whatever API it came through."""
@@ -31,6 +51,15 @@ class TurnRequest:
     images replaced, a constraint not applied...): kept in the turn's record
     (``request.notes``) and listed in the samples' metadata (``tito_turn_notes``). JSON
     values only."""
+    agent: AgentRef | None = None
+    """The agent the request's headers name (None: no agent header; the session infers
+    the context)."""
+    structured: bool = False
+    """The request asks for structured output (a JSON schema or JSON object response
+    format): with no tools, on a session whose main agent has tools, a side request."""
+    context: str | None = None
+    """The agent context that serves the request: set by the session when it claims the
+    turn (:meth:`tito.session.Session.begin`)."""
 
 
 @dataclass(slots=True)

@@ -231,6 +231,35 @@ def test_tree_of_a_v2_session_with_a_retry(browser: Any, servers: Servers) -> No
     page.context.close()
 
 
+def test_agent_contexts_one_at_a_time(browser: Any, servers: Servers) -> None:
+    """A main agent and a Claude Code sub-agent on one session: the summary's agent
+    context picker shows the sub-agent's strip and samples."""
+    url = servers.v2.url
+    sid = session(url)
+    chat(url, sid, [{"role": "user", "content": 'CALL get_weather {"city": "Rome"}'}])
+    sub = httpx.post(f"{url}/sessions/{sid}/v1/chat/completions",
+                     headers={"x-claude-code-agent-id": "0123456789abcdef0"},
+                     json={"messages": [{"role": "user", "content": "SAY Rome is sunny."}]})
+    assert sub.status_code == 200, sub.text
+    contexts = httpx.get(f"{url}/sessions/{sid}").json()["metadata"]["contexts"]
+    helper = next(c for c in contexts if c["context_id"] == "0123456789abcdef0")
+
+    page = open_viewer(browser, url, f"#s={sid}", key=None)
+    wait_ready(page)
+    assert page.locator("#context option").count() == 2
+    assert page.locator("#context").input_value() == "main"
+    page.select_option("#context", "0123456789abcdef0")
+    page.wait_for_function("""() => document.body.dataset.state === "ready" &&
+        location.hash.includes("ctx=0123456789abcdef0") &&
+        document.querySelector('#strip .chunk[data-state="rendered"]') !== null""")
+    counts = page.evaluate(COUNTS)
+    assert counts["total"] == helper["num_tokens"] and counts["turns"] == 1
+    assert page.locator("#context").input_value() == "0123456789abcdef0"
+    assert page.locator("#samples tbody tr").count() == 1
+    page.screenshot(path=str(artifacts() / "ui_agent_context.png"))
+    page.context.close()
+
+
 def test_a_100k_token_strip_loads_and_scrolls(browser: Any, servers: Servers) -> None:
     url = servers.v1.url
     sid = session(url)

@@ -121,6 +121,38 @@ async def test_samples_preview_is_what_the_samples_route_returns(
     assert preview["session"]["turn_in_progress"] is False
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_agent_contexts_one_at_a_time(make_gateway: Callable[..., Gateway],
+                                            version: str) -> None:
+    """A session with a sub-agent: the summary lists its agent contexts, and ``context``
+    shows one (its strip, its tokens, its samples preview)."""
+    gateway = make_gateway(session_version=version)
+    async with asgi_client(gateway) as http:
+        sid = await tool_session(http, gateway.engine)
+        sub = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                              headers={"X-Tito-Agent-Id": "helper"},
+                              json={"messages": [{"role": "user", "content": "help"}]})
+        assert sub.status_code == 200
+        items = (await get(http, "/ui/api/sessions"))["sessions"]
+        assert items[0]["contexts"] == 2
+        main = await get(http, f"/ui/api/sessions/{sid}")
+        assert main["summary"]["context"] == "main"
+        assert [(c["context_id"], c["role"], c["num_turns"])
+                for c in main["summary"]["contexts"]] == [("main", "main", 2),
+                                                          ("helper", "subagent", 1)]
+        shown = await get(http, f"/ui/api/sessions/{sid}", context="helper")
+        assert shown["summary"]["context"] == "helper"
+        assert shown["strip"]["num_turns"] == 1
+        assert shown["strip"]["num_tokens"] < main["strip"]["num_tokens"]
+        page = await get(http, f"/ui/api/sessions/{sid}/tokens", context="helper")
+        assert page["total"] == shown["strip"]["num_tokens"]
+        preview = await get(http, f"/ui/api/sessions/{sid}/samples", context="helper")
+        assert [s["num_turns"] for s in preview["samples"]] == [1]
+        missing = await http.get(f"/ui/api/sessions/{sid}", params={"context": "ghost"})
+        assert missing.status_code == 400
+        assert missing.json()["error"]["code"] == "unknown_context"
+
+
 async def test_pages(client: httpx.AsyncClient, engine: FakeEngine) -> None:
     sid = await tool_session(client, engine)
     whole = await get(client, f"/ui/api/sessions/{sid}/tokens")

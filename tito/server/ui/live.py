@@ -22,7 +22,14 @@ from tito.server.ui.blocks import Hints
 from tito.server.ui.model import ModelCache, SessionModel
 from tito.server.ui.strip import Texts, from_records
 from tito.server.ui.text import decoder_of, token_texts
-from tito.server.ui.views import leaf_states, preview_json, session_item, tree_json
+from tito.server.ui.views import (
+    context_list,
+    leaf_states,
+    preview_json,
+    session_item,
+    tree_json,
+)
+from tito.session import TurnSession
 from tito.session.collect import CollectSettings, LinearCollection, TreeCollection
 from tito.session.nodes import Node, leaves_of, path_of
 from tito.types.errors import TitoError
@@ -67,15 +74,19 @@ class LiveSource:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.gateway.offload(fn, *args)
 
-    async def model(self, session_id: str) -> SessionModel:
+    async def model(self, session_id: str, context: str | None = None) -> SessionModel:
+        """``context``: one agent context's view (None: the main agent's)."""
         session = self.gateway.session(session_id)  # 404 / 410 in OpenAI's shape
-        state = session.view_key()
-        cached = self.cache.get(session_id, state)
+        shown: TurnSession = session if context is None else session.agent_context(context)
+        state = (context, shown.view_key())
+        key = session_id if context is None else f"{session_id}#{context}"
+        cached = self.cache.get(key, state)
         if cached is not None:
             return cached
-        builder = _ModelBuilder(self, collect_settings(self.gateway), session_item(session))
-        model: SessionModel = await self.run(session.collection().visit, builder)
-        self.cache.put(session_id, state, model)
+        builder = _ModelBuilder(self, collect_settings(self.gateway),
+                                {**session_item(session), **context_list(session, context)})
+        model: SessionModel = await self.run(shown.collection().visit, builder)
+        self.cache.put(key, state, model)
         return model
 
 

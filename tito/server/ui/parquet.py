@@ -21,7 +21,7 @@ from tito.samples.sample import STATUSES, Sample
 from tito.server.ui.model import ModelCache, SessionModel
 from tito.server.ui.strip import Texts, from_sample
 from tito.server.ui.views import preview_json
-from tito.types.errors import ConfigError, NotFound
+from tito.types.errors import BadRequest, ConfigError, NotFound
 
 T = TypeVar("T")
 REQUIRED = ("tokens", "loss_mask", "rollout_log_probs", "prompt_length", "status")
@@ -64,7 +64,10 @@ class ParquetSource:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
 
-    async def model(self, session_id: str) -> SessionModel:
+    async def model(self, session_id: str, context: str | None = None) -> SessionModel:
+        if context is not None:
+            raise BadRequest("context is only meaningful for a gateway's live sessions (a "
+                             "file's rows are samples)")
         row = self._row_index(session_id)
         model = self.cache.get(session_id, row)
         if model is None:

@@ -5,10 +5,13 @@ so the page has one code path.
 - ``GET /ui`` (and ``/ui/``): the page; ``GET /ui/static/{file}``: its script and style;
 - ``GET /ui/api/source``: what is being viewed;
 - ``GET /ui/api/sessions?offset&limit``: the sessions (a file: its rows), paged;
-- ``GET /ui/api/sessions/{id}?leaf``: one session: summary, v2 tree, strip facts;
-- ``GET /ui/api/sessions/{id}/tokens?offset&limit&leaf``: a page of the strip (at most
-  16,384 tokens);
-- ``GET /ui/api/sessions/{id}/samples``: the samples preview.
+- ``GET /ui/api/sessions/{id}?leaf&context``: one session: summary, v2 tree, strip facts;
+- ``GET /ui/api/sessions/{id}/tokens?offset&limit&leaf&context``: a page of the strip (at
+  most 16,384 tokens);
+- ``GET /ui/api/sessions/{id}/samples?context``: the samples preview.
+
+``context`` picks one agent context of a gateway's session (design §5.5; default: the
+main agent's).
 
 An unknown id is 404 in OpenAI's error shape.
 """
@@ -50,7 +53,7 @@ class Source(Protocol):
 
     def sessions(self) -> list[dict[str, Any]]: ...
 
-    async def model(self, session_id: str) -> SessionModel: ...
+    async def model(self, session_id: str, context: str | None = None) -> SessionModel: ...
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
 
@@ -61,6 +64,10 @@ Handler = Callable[[Source, Request], Awaitable[Response]]
 @functools.cache
 def static_bytes(name: str) -> bytes:
     return (resources.files("tito.server.ui") / "static" / name).read_bytes()
+
+
+def _context(request: Request) -> str | None:
+    return request.query_params.get("context") or None
 
 
 def _leaf(request: Request) -> int | None:
@@ -99,7 +106,7 @@ async def sessions(source: Source, request: Request) -> Response:
 
 
 async def session(source: Source, request: Request) -> Response:
-    model = await source.model(request.path_params["session_id"])
+    model = await source.model(request.path_params["session_id"], _context(request))
     leaf = _leaf(request)
     model.check_node(leaf)
     traj = await source.run(model.trajectory, leaf)
@@ -111,7 +118,7 @@ async def session(source: Source, request: Request) -> Response:
 
 
 async def tokens(source: Source, request: Request) -> Response:
-    model = await source.model(request.path_params["session_id"])
+    model = await source.model(request.path_params["session_id"], _context(request))
     leaf = _leaf(request)
     model.check_node(leaf)
     traj = await source.run(model.trajectory, leaf)
@@ -121,7 +128,7 @@ async def tokens(source: Source, request: Request) -> Response:
 
 
 async def samples(source: Source, request: Request) -> Response:
-    model = await source.model(request.path_params["session_id"])
+    model = await source.model(request.path_params["session_id"], _context(request))
     return json_response({"id": model.id, **model.preview})
 
 

@@ -28,6 +28,18 @@ def session_item(session: Session) -> dict[str, Any]:
     return item
 
 
+def context_list(session: Session, shown: str | None) -> dict[str, Any]:
+    """A session's agent contexts as the viewer lists them (none: only the main one), and
+    the one shown."""
+    entries = session.details().get("contexts")
+    if not entries:
+        return {}
+    keys = ("context_id", "agent_id", "role", "parent_agent_id", "parent_tool_call_id",
+            "source", "num_turns", "num_tokens", "turn_in_progress")
+    return {"context": shown or entries[0]["context_id"],
+            "contexts": [{k: e.get(k) for k in keys} for e in entries]}
+
+
 def _status(session: Session) -> str:
     if session.in_flight:
         return "running"

@@ -26,6 +26,7 @@
     listed: new Map(),
     sid: null,
     leaf: null,
+    context: null,
     overview: null,
     strip: null,
     folded: new Map(),
@@ -88,20 +89,22 @@
     return "hsl(" + Math.round(120 * p) + ", 80%, " + Math.round(88 - 28 * (1 - p)) + "%)";
   }
 
-  // -- routing: #s=<id>&leaf=<node> ---------------------------------------------------------
+  // -- routing: #s=<id>&ctx=<agent context>&leaf=<node> ---------------------------------------
   function parseHash() {
     const params = new URLSearchParams(location.hash.replace(/^#/, ""));
     const leaf = params.get("leaf");
-    return { sid: params.get("s"), leaf: leaf === null || leaf === "" ? null : Number(leaf) };
+    return { sid: params.get("s"), leaf: leaf === null || leaf === "" ? null : Number(leaf),
+             context: params.get("ctx") || null };
   }
-  function go(sid, leaf) {
+  function go(sid, leaf, context) {
     const params = new URLSearchParams({ s: sid });
+    if (context) params.set("ctx", context);
     if (leaf !== null && leaf !== undefined) params.set("leaf", String(leaf));
     location.hash = params.toString();
   }
   function route() {
-    const { sid, leaf } = parseHash();
-    if (sid) openSession(sid, leaf);
+    const { sid, leaf, context } = parseHash();
+    if (sid) openSession(sid, leaf, context);
   }
 
   // -- sessions list ----------------------------------------------------------------------
@@ -147,14 +150,15 @@
       el("td", { class: "num" }, fmtInt(item.tokens)),
       el("td", { class: "status-" + item.status }, item.status || ""),
       el("td", { class: "num" }, last));
-    row.addEventListener("click", () => go(item.id, null));
+    row.addEventListener("click", () => go(item.id, null, null));
     return row;
   }
 
   // -- one session -------------------------------------------------------------------------
-  async function openSession(sid, leaf) {
+  async function openSession(sid, leaf, context) {
     state.sid = sid;
     state.leaf = leaf;
+    state.context = context || null;
     for (const row of $("sessions").tBodies[0].rows) {
       row.classList.toggle("selected", row.dataset.sid === sid);
     }
@@ -164,14 +168,15 @@
     const base = "/sessions/" + encodeURIComponent(sid);
     try {
       const [overview, preview] = await Promise.all([
-        getJSON(base, { leaf: leaf }), getJSON(base + "/samples")]);
-      if (state.sid !== sid || state.leaf !== leaf) return;
+        getJSON(base, { leaf: leaf, context: state.context }),
+        getJSON(base + "/samples", { context: state.context })]);
+      if (state.sid !== sid || state.leaf !== leaf || state.context !== (context || null)) return;
       state.overview = overview;
       showError(null);
       renderSummary(overview);
       renderTree(overview);
       renderSamples(preview);
-      startStrip(sid, overview.tree ? overview.leaf : null, overview.strip);
+      startStrip(sid, overview.tree ? overview.leaf : null, overview.strip, state.context);
       document.body.dataset.state = "ready";
     } catch (err) {
       if (state.sid !== sid) return;
@@ -205,10 +210,21 @@
       fact("loss mask on", fmtInt(strip.mask_on)),
     ];
     if (strip.not_in_sample) facts.push(fact("not in the sample", fmtInt(strip.not_in_sample)));
+    if (s.contexts && s.contexts.length > 1) facts.push(contextPicker(ov, s));
     if (ov.tree) facts.push(fact("path to node", String(ov.leaf)));
     if (s.reward !== undefined && s.reward !== null) facts.push(fact("reward", String(s.reward)));
     if (s.now && s.last_active) facts.push(fact("idle", fmtAge(s.now - s.last_active)));
     $("summary").replaceChildren(...facts);
+  }
+
+  // an agent context of the session (main agent, sub-agents, side requests): one at a time
+  function contextPicker(ov, s) {
+    const select = el("select", { id: "context" }, ...s.contexts.map((c) => el("option", {
+      value: c.context_id, selected: c.context_id === s.context ? "selected" : null },
+      c.context_id + " · " + c.role + (c.parent_agent_id ? " of " + c.parent_agent_id : "") +
+      " · " + fmtInt(c.num_turns) + (c.num_turns === 1 ? " turn" : " turns"))));
+    select.addEventListener("change", () => go(ov.id, null, select.value));
+    return el("label", { class: "fact" }, "agent context ", select);
   }
 
   function renderTree(ov) {
@@ -250,7 +266,7 @@
       class: node.id === selected ? "selected" : onPath.has(node.id) ? "on-path" : null,
     }, parts.join(" · "), ...badges);
     item.style.paddingLeft = (6 + Math.min(node.depth, 24) * 14) + "px";  // CSSOM: CSP-safe
-    item.addEventListener("click", () => go(state.sid, node.id));
+    item.addEventListener("click", () => go(state.sid, node.id, state.context));
     return item;
   }
 
@@ -280,18 +296,19 @@
   }
 
   // -- the strip ---------------------------------------------------------------------------
-  function startStrip(sid, leaf, info) {
+  function startStrip(sid, leaf, info, context) {
     if (state.strip) state.strip.destroy();
-    state.strip = new Strip($("strip"), sid, leaf, info.num_tokens);
+    state.strip = new Strip($("strip"), sid, leaf, info.num_tokens, context);
     $("strip-note").textContent = "(" + fmtInt(info.num_tokens) + " tokens" +
       (info.has_text ? "" : "; no tokenizer: ids shown") + ")";
   }
 
   class Strip {
-    constructor(root, sid, leaf, total) {
+    constructor(root, sid, leaf, total, context) {
       this.root = root;
       this.sid = sid;
       this.leaf = leaf;
+      this.context = context || null;
       this.total = total;
       this.pages = new Map();
       this.rendered = new Set();
@@ -331,7 +348,8 @@
     async page(k) {
       if (this.pages.has(k)) return this.pages.get(k);
       const page = await getJSON("/sessions/" + encodeURIComponent(this.sid) + "/tokens",
-                                 { offset: k * CHUNK, limit: CHUNK, leaf: this.leaf });
+                                 { offset: k * CHUNK, limit: CHUNK, leaf: this.leaf,
+                                   context: this.context });
       this.pages.set(k, page);
       while (this.pages.size > PAGES_KEPT) this.pages.delete(this.pages.keys().next().value);
       return page;
@@ -513,8 +531,10 @@
     const ov = state.overview;
     if (item && ov && ov.id === state.sid && ov.version !== "file" &&
         (item.turns !== ov.summary.turns || item.status !== ov.summary.status ||
-         (item.nodes || 0) !== (ov.summary.nodes || 0))) {
-      openSession(state.sid, state.leaf);
+         (item.nodes || 0) !== (ov.summary.nodes || 0) ||
+         (item.contexts || 0) !== (ov.summary.contexts || []).length ||
+         item.last_active !== ov.summary.last_active)) {
+      openSession(state.sid, state.leaf, state.context);
     }
   }
 

@@ -1,0 +1,142 @@
+"""Agent headers and structured-output signs on the shared turn route (design §5.5): the
+three header families, their validation (400 ``invalid_agent_header`` in each API's own
+error shape, the session unchanged), and what a structured-output request looks like in
+each API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from helpers.inproc import asgi_client, new_session
+
+from tito.server.agents import agent_ref, asks_structured_output
+from tito.server.anthropic.models import MessagesRequest
+from tito.server.openai.models import ChatCompletionRequest
+from tito.server.responses.models import ResponsesRequest
+from tito.types.errors import BadRequest
+from tito.types.messages import AgentRef
+
+
+def ref(**headers: str) -> AgentRef | None:
+    return agent_ref([(k.replace("_", "-").lower().encode(), v.encode())
+                      for k, v in headers.items()])
+
+
+def test_no_agent_header_is_none() -> None:
+    assert ref(authorization="Bearer x", x_stainless_retry_count="0") is None
+
+
+def test_each_family_names_an_agent() -> None:
+    assert ref(X_Tito_Agent_Id="a", X_Tito_Parent_Agent_Id="main",
+               X_Tito_Parent_Tool_Call_Id="call_1") == AgentRef(
+        agent_id="a", parent_agent_id="main", parent_tool_call_id="call_1",
+        header="X-Tito-Agent-Id")
+    miles = ref(X_Miles_Agent_Run_Id="run", X_Miles_Context_Id="run-1",
+                X_Miles_Parent_Agent_Run_Id="p")
+    assert miles is not None and (miles.key, miles.agent_id, miles.parent_agent_id) == \
+        ("run-1", "run", "p")
+    claude = ref(x_claude_code_agent_id="a1b2c3d4e5f6a7b8c")
+    assert claude is not None and claude.key == "a1b2c3d4e5f6a7b8c" and \
+        claude.parent_agent_id is None
+    assert ref(X_Tito_Agent_Id="a", X_Miles_Agent_Run_Id="a") is not None  # agreeing
+
+
+def test_claude_code_under_a_named_agent_is_its_sub_agent() -> None:
+    """A harness names the Claude Code process; its sub-agents add their own id."""
+    nested = ref(X_Miles_Agent_Run_Id="trial-7", x_claude_code_agent_id="a1b2c3d4e5f6a7b8c")
+    assert nested is not None
+    assert (nested.agent_id, nested.parent_agent_id) == ("a1b2c3d4e5f6a7b8c", "trial-7")
+    same = ref(X_Tito_Agent_Id="x", x_claude_code_agent_id="x")
+    assert same is not None and same.agent_id == "x" and same.parent_agent_id is None
+
+
+@pytest.mark.parametrize(("headers", "named"), [
+    ({"X_Tito_Agent_Id": "has space"}, "X-Tito-Agent-Id"),
+    ({"X_Miles_Context_Id": "x" * 257}, "X-Miles-Context-Id"),
+    ({"x_claude_code_agent_id": "caf\u00e9"}, "x-claude-code-agent-id"),
+    ({"X_Tito_Parent_Agent_Id": "\x7f"}, "X-Tito-Parent-Agent-Id"),
+    ({"X_Tito_Agent_Id": "a", "X_Miles_Agent_Run_Id": "b"}, "X-Miles-Agent-Run-Id"),
+    ({"X_Tito_Parent_Agent_Id": "main"}, "X-Tito-Parent-Agent-Id"),
+])
+def test_malformed_headers_are_400_naming_them(headers: dict[str, str], named: str) -> None:
+    raw = [(k.replace("_", "-").lower().encode(), v.encode("utf-8"))
+           for k, v in headers.items()]
+    with pytest.raises(BadRequest) as err:
+        agent_ref(raw)
+    assert err.value.code == "invalid_agent_header" and named in err.value.message
+
+
+def test_structured_output_in_each_api() -> None:
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
+    msgs = [{"role": "user", "content": "hi"}]
+    chat = ChatCompletionRequest.model_validate({"messages": msgs, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "t", "schema": schema}}})
+    assert asks_structured_output(type("Decoded", (), {"request": chat})())
+    assert not asks_structured_output(ChatCompletionRequest.model_validate(
+        {"messages": msgs, "response_format": {"type": "text"}}))
+    claude = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": msgs,
+                                             "output_config": {"format": {
+                                                 "type": "json_schema", "schema": schema}}})
+    assert asks_structured_output((claude, None))
+    effort = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": msgs,
+                                             "output_config": {"effort": "medium"}})
+    assert not asks_structured_output((effort, None))
+    responses = ResponsesRequest.model_validate({"input": "hi", "text": {"format": {
+        "type": "json_schema", "name": "t", "schema": schema}}})
+    assert asks_structured_output((responses, []))
+    assert not asks_structured_output(None)
+
+
+# -- on the route ----------------------------------------------------------------------------
+async def snapshot(http: httpx.AsyncClient, sid: str) -> Any:
+    body = (await http.get(f"/sessions/{sid}", params={"include_ids": "1"})).json()
+    body["metadata"].pop("last_active")
+    return body
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_a_bad_header_is_400_in_each_apis_shape(make_gateway: Any, version: str) -> None:
+    async with asgi_client(make_gateway(session_version=version)) as http:
+        sid = await new_session(http)
+        msgs = [{"role": "user", "content": "hi"}]
+        ok = await http.post(f"/sessions/{sid}/v1/chat/completions", json={"messages": msgs})
+        assert ok.status_code == 200
+        before = await snapshot(http, sid)
+        bad = {"X-Tito-Agent-Id": "not valid"}
+        chat = await http.post(f"/sessions/{sid}/v1/chat/completions", headers=bad,
+                               json={"messages": msgs})
+        assert chat.status_code == 400
+        assert chat.json()["error"]["code"] == "invalid_agent_header"
+        claude = await http.post(f"/sessions/{sid}/v1/messages", headers=bad, json={
+            "model": "m", "max_tokens": 8, "messages": msgs})
+        assert claude.status_code == 400 and claude.json()["type"] == "error"
+        assert "X-Tito-Agent-Id" in claude.json()["error"]["message"]
+        ghost = await http.post(f"/sessions/{sid}/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "sub"}]},
+            headers={"X-Tito-Agent-Id": "sub", "X-Tito-Parent-Agent-Id": "ghost"})
+        assert ghost.status_code == 400
+        assert ghost.json()["error"]["code"] == "unknown_parent_agent"
+        assert "'ghost'" in ghost.json()["error"]["message"]
+        assert await snapshot(http, sid) == before
+
+
+async def test_get_session_shows_one_context(make_gateway: Any) -> None:
+    async with asgi_client(make_gateway()) as http:
+        sid = await new_session(http)
+        await http.post(f"/sessions/{sid}/v1/chat/completions",
+                        json={"messages": [{"role": "user", "content": "main"}]})
+        sub = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                              headers={"X-Tito-Agent-Id": "sub"},
+                              json={"messages": [{"role": "user", "content": "sub"}]})
+        assert sub.status_code == 200
+        whole = (await http.get(f"/sessions/{sid}")).json()
+        assert [c["context_id"] for c in whole["metadata"]["contexts"]] == ["main", "sub"]
+        part = (await http.get(f"/sessions/{sid}", params={
+            "context": "sub", "include_messages": "1"})).json()
+        assert part["metadata"]["context_id"] == "sub"
+        assert part["messages"][0]["content"] == "sub"
+        missing = await http.get(f"/sessions/{sid}", params={"context": "nope"})
+        assert missing.status_code == 400
+        assert missing.json()["error"]["code"] == "unknown_context"
