@@ -46,9 +46,7 @@ SEQUENCES = [
     case("claude_code/bash"),
     case("codex/exec_command"),
     case("claude_code/subagent:v2"),  # main, sub, sub, main on one session
-    case("claude_code/subagent:v1",
-         "v1 session: the sub-agent's first call rolls the parent's turn back; the "
-         "parent's next call is 400 rollback_too_deep (discard_count=2)"),
+    case("claude_code/subagent:v1"),  # the sub-agent is an agent context of its own
     case("codex/compaction:v2"),  # turn, compaction request, the new window
     case("codex/compaction:v1",
          "v1 session: the window after compaction rewrites the history; 400 "
@@ -75,10 +73,13 @@ def gateways(qwen3_dir: Path) -> Iterator[dict[str, str]]:
 
 
 def committed(url: str, sid: str) -> int:
-    """Turns the session holds: v1 records, or every node of a v2 tree."""
+    """Turns the session holds, in every agent context: v1 records, or every node of a v2
+    tree."""
     meta = httpx.get(f"{url}/sessions/{sid}").json()["metadata"]
-    tree = meta.get("tree")
-    return len(tree["nodes"]) if tree else int(meta["num_turns"])
+    contexts = meta.get("contexts") or [meta]
+    return sum(len(c["tree"]["nodes"]) if c.get("tree") else int(c.get("num_turns",
+                                                                       c.get("turns", 0)))
+               for c in contexts)
 
 
 def check(url: str, calls: list[dict[str, Any]]) -> None:

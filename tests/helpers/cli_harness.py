@@ -163,20 +163,23 @@ def kill_group(pgid: int) -> None:
 
 
 def sample_summary(gateway: str, sid: str) -> dict[str, Any]:
-    """The session's samples (status, turns, violations, whole response text) and how many
-    committed turns they cover: the turns of a v1 sample, the distinct nodes on the v2
-    leaves' paths."""
+    """The session's samples (status, turns, violations, whole response text), how many
+    committed turns they cover (the turns of v1 samples, the distinct nodes on the v2
+    leaves' paths, per agent context) and how many turns side requests took (listed in the
+    session metadata, not training samples under ``--side-requests drop``)."""
     resp = httpx.post(f"{gateway}/sessions/{sid}/samples", json={}, timeout=60)
     if resp.status_code != 200:
-        return {"status": resp.status_code, "error": resp.text, "samples": [], "covered": 0}
+        return {"status": resp.status_code, "error": resp.text, "samples": [], "covered": 0,
+                "side": 0}
+    decoded = decode_samples(resp.content)
     samples = []
-    nodes: set[int] = set()
+    nodes: set[tuple[Any, int]] = set()
     turns = 0
-    for sample in decode_samples(resp.content).samples:
+    for sample in decoded.samples:
         meta = sample.metadata
         leaf = meta.get("leaf")
         if isinstance(leaf, dict):
-            nodes.update(leaf.get("path_node_ids") or [])
+            nodes.update((meta.get("context_id"), n) for n in leaf.get("path_node_ids") or [])
         turns += len(meta.get("lifecycle") or [])
         samples.append({
             "status": sample.status, "tokens": len(sample.tokens),
@@ -185,7 +188,11 @@ def sample_summary(gateway: str, sid: str) -> dict[str, Any]:
             "violations": sample_violations(sample),
             "mismatches": meta.get("tito_session_mismatch") or [],
             "response": sample.response or ""})
-    return {"status": 200, "samples": samples, "covered": len(nodes) if nodes else turns}
+    side = sum(len(c["tree"]["nodes"]) if c.get("tree") else int(c.get("num_turns") or 0)
+               for c in decoded.session_metadata.get("contexts") or []
+               if c.get("role") == "side")
+    return {"status": 200, "samples": samples, "covered": len(nodes) if nodes else turns,
+            "side": side}
 
 
 MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")

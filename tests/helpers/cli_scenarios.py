@@ -93,10 +93,7 @@ CLAUDE = [
         expect=("<tool_response>\nsub\n</tool_response>", "Subagent hand-back")),
     Scenario("subagent_v1", "claude", "Delegate.\n" + call("Agent", {
         "description": "Echo task", "prompt": AGENT_TASK, "subagent_type": "general-purpose",
-        "run_in_background": False}),
-        xfail="v1 session: the sub-agent's requests share the parent's base URL; the "
-              "parent's next request is 400 rollback_too_deep (discard_count=2 exceeds the "
-              "limit of 1 generated turn(s))"),
+        "run_in_background": False})),
     Scenario("tool_search", "claude", "Load a tool.\n" + call(
         "ToolSearch", {"query": "select:WebFetch"})),
     Scenario("web_search", "claude", "Search.\n" + call("WebSearch", {"query": "tito"}),
@@ -208,8 +205,9 @@ def check_run(scenario: Scenario, result: dict[str, Any]) -> None:
     assert samples["status"] == 200, f"samples: {samples.get('error')}"
     assert result["turns_total"] == calls, \
         f"tito_turns_total {result['turns_total']} for {calls} model calls"
-    assert samples["covered"] == calls, \
-        f"the samples hold {samples['covered']} of the {calls} model calls"
+    assert samples["covered"] + samples["side"] == calls, \
+        f"the samples hold {samples['covered']} of the {calls} model calls " \
+        f"({samples['side']} in side-request contexts)"
     violations = [v for s in samples["samples"] for v in s["violations"]]
     assert not violations, f"TITO violations: {violations}"
     responses = "\n".join(s["response"] for s in samples["samples"])
