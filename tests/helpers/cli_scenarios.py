@@ -116,9 +116,10 @@ CODEX = [
         "spawn_agent", {"message": "Sub task.\n" + call("exec_command", {"cmd": "echo sub"})})
         + "\n" + call("exec_command", {"cmd": "sleep 3; " + printf("SAY done")}),
         gateway_args=V2, expect=("Output:\nsub\n",),
-        xfail="400 unsupported_tool: tools.4 has type 'namespace' (multi_agent_v1); the "
-              "reply's function_call must also carry \"namespace\": \"multi_agent_v1\" for "
-              "Codex to dispatch spawn_agent, and the sub-agent's tools hold web_search"),
+        xfail="no call is refused and every model call is committed and in the samples "
+              "(namespace tools flattened, the spawn_agent call routed back with its "
+              "namespace), but the sub-agent's exec_command output 'sub' is in no sample's "
+              "response: the spawned agent does not run the scripted command"),
     Scenario("view_image", "codex", "Look.\n" + call("exec_command", {
         "cmd": f"echo {PNG_1X1} | base64 -d > dot.png && "
                "echo \"CALL view_image {\\\"path\\\": \\\"$PWD/dot.png\\\"}\""}),
