@@ -11,10 +11,7 @@ import httpx
 import pytest
 from helpers.inproc import asgi_client, new_session
 
-from tito.server.agents import agent_ref, asks_structured_output
-from tito.server.anthropic.models import MessagesRequest
-from tito.server.openai.models import ChatCompletionRequest
-from tito.server.responses.models import ResponsesRequest
+from tito.server.agents import agent_ref
 from tito.types.errors import BadRequest
 from tito.types.messages import AgentRef
 
@@ -66,27 +63,6 @@ def test_malformed_headers_are_400_naming_them(headers: dict[str, str], named: s
     with pytest.raises(BadRequest) as err:
         agent_ref(raw)
     assert err.value.code == "invalid_agent_header" and named in err.value.message
-
-
-def test_structured_output_in_each_api() -> None:
-    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
-    msgs = [{"role": "user", "content": "hi"}]
-    chat = ChatCompletionRequest.model_validate({"messages": msgs, "response_format": {
-        "type": "json_schema", "json_schema": {"name": "t", "schema": schema}}})
-    assert asks_structured_output(type("Decoded", (), {"request": chat})())
-    assert not asks_structured_output(ChatCompletionRequest.model_validate(
-        {"messages": msgs, "response_format": {"type": "text"}}))
-    claude = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": msgs,
-                                             "output_config": {"format": {
-                                                 "type": "json_schema", "schema": schema}}})
-    assert asks_structured_output((claude, None))
-    effort = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": msgs,
-                                             "output_config": {"effort": "medium"}})
-    assert not asks_structured_output((effort, None))
-    responses = ResponsesRequest.model_validate({"input": "hi", "text": {"format": {
-        "type": "json_schema", "name": "t", "schema": schema}}})
-    assert asks_structured_output((responses, []))
-    assert not asks_structured_output(None)
 
 
 # -- on the route ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server.agents import agent_ref, asks_structured_output
+from tito.server.agents import agent_ref
 from tito.server.api import route_of
 from tito.server.api_state import ApiState
 from tito.server.errors import status_of
@@ -151,9 +151,8 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     note_unenforced(gateway.engine, turn.turn, turn.params)
     core = turn.turn
     core.agent = agent
-    if not core.tools and not core.structured:  # a side request's sign (design §5.5)
-        core.structured = turn.params.json_schema is not None or \
-            asks_structured_output(decoded)
+    if turn.params.json_schema is not None:  # a side request's sign (design §5.5)
+        core.structured = True
     response_id = adapter.id_prefix + os.urandom(16).hex()
 
     def reply(outcome: TurnOutcome) -> B:

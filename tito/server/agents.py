@@ -1,6 +1,5 @@
 """What a turn request says about its agent (design §5.5), read once per request on the
-shared turn route (:func:`tito.server.adapter.serve_turn`): the agent headers, and whether
-the request asks for structured output (a side request's sign).
+shared turn route (:func:`tito.server.adapter.serve_turn`): the agent headers.
 
 Agent headers, in three families:
 
@@ -22,9 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
-
-from pydantic import BaseModel
 
 from tito.types.errors import BadRequest
 from tito.types.messages import AgentRef
@@ -94,48 +90,3 @@ def _combined(found: dict[str, dict[str, str]]) -> AgentRef:
                     parent_agent_id=named.get("parent_agent_id"),
                     parent_tool_call_id=named.get("parent_tool_call_id"),
                     header=FAMILIES[family]["agent_id"])
-
-
-# -- structured output ---------------------------------------------------------------------
-def asks_structured_output(decoded: Any) -> bool:
-    """Whether an API's validated request asks for structured output: Chat Completions
-    ``response_format`` ``json_schema``/``json_object``, Anthropic ``output_config.format``
-    (or the beta ``output_format``), Responses ``text.format`` ``json_schema``/
-    ``json_object``. ``decoded``: what an adapter decoded (its request model, or a tuple or
-    wrapper holding it). Reads attributes only."""
-    for model in _models(decoded):
-        if _json_type(_field(model, "response_format")) or \
-                _get(_field(model, "output_config"), "format") is not None or \
-                _json_type(_field(model, "output_format")) or \
-                _json_type(_get(_field(model, "text"), "format")):
-            return True
-    return False
-
-
-def _field(model: BaseModel, name: str) -> Any:
-    """A declared or extra field of a request model (None when absent), without the
-    exception a missing attribute costs: this runs on every turn without tools."""
-    value = model.__dict__.get(name)
-    if value is None:
-        extra = model.__pydantic_extra__
-        if extra:
-            value = extra.get(name)
-    return value
-
-
-def _models(decoded: Any) -> list[BaseModel]:
-    items = list(decoded) if isinstance(decoded, tuple) else \
-        [decoded, getattr(decoded, "request", None)]
-    return [item for item in items if isinstance(item, BaseModel)]
-
-
-def _get(value: Any, key: str) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return value.get(key)
-    return getattr(value, key, None)
-
-
-def _json_type(value: Any) -> bool:
-    return _get(value, "type") in ("json_schema", "json_object")
