@@ -109,10 +109,11 @@ def stream_error(text: str) -> str | None:
     return None
 
 
-def replay(url: str, calls: list[dict[str, Any]]) -> tuple[str, list[httpx.Response]]:
+def replay(url: str, calls: list[dict[str, Any]], drop: frozenset[str] = frozenset(),
+           ) -> tuple[str, list[httpx.Response]]:
     """Post ``calls`` in order on a new session of the gateway at ``url``, each body with
-    the captured reply ids replaced by the replaying gateway's; stops at the first failure.
-    Returns the session id and the replies."""
+    the captured reply ids replaced by the replaying gateway's (and without the ``drop``
+    headers); stops at the first failure. Returns the session id and the replies."""
     sid = httpx.post(url + "/sessions").json()["session_id"]
     ids: dict[str, str] = {}
     replies: list[httpx.Response] = []
@@ -120,7 +121,8 @@ def replay(url: str, calls: list[dict[str, Any]]) -> tuple[str, list[httpx.Respo
         body = json.dumps(fixture["body"])
         for old, new in ids.items():
             body = body.replace(old, new)
-        headers = {k: v for k, v in fixture["headers"].items() if k.lower() not in DROP_HEADERS}
+        headers = {k: v for k, v in fixture["headers"].items()
+                   if k.lower() not in DROP_HEADERS and k.lower() not in drop}
         resp = httpx.post(url + fixture["path"].replace("{session}", sid), content=body,
                           headers=headers, timeout=120)
         replies.append(resp)

@@ -187,6 +187,7 @@ def sample_summary(gateway: str, sid: str) -> dict[str, Any]:
             "turns": len(meta.get("lifecycle") or []), "leaf": leaf,
             "violations": sample_violations(sample),
             "mismatches": meta.get("tito_session_mismatch") or [],
+            "lineage": {k: meta.get(k) for k in ("role", "agent_id", "parent_agent_id")},
             "response": sample.response or ""})
     side = sum(len(c["tree"]["nodes"]) if c.get("tree") else int(c.get("num_turns") or 0)
                for c in decoded.session_metadata.get("contexts") or []

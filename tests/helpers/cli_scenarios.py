@@ -57,6 +57,9 @@ class Scenario:
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     codex_config: str = ""
+    roles: tuple[str, ...] = ()
+    """The samples' agent roles, sorted (empty: not checked); each sub-agent's parent is
+    the agent of another sample."""
     xfail: str | None = None
     """Why the gateway fails this run today (the exact refusal): marks it xfail(strict)."""
     timeout: float = 150.0
@@ -90,10 +93,11 @@ CLAUDE = [
     Scenario("subagent_v2", "claude", "Delegate.\n" + call("Agent", {
         "description": "Echo task", "prompt": AGENT_TASK, "subagent_type": "general-purpose",
         "run_in_background": False}), gateway_args=V2,
-        expect=("<tool_response>\nsub\n</tool_response>", "Subagent hand-back")),
+        expect=("<tool_response>\nsub\n</tool_response>", "Subagent hand-back"),
+        roles=("main", "subagent")),
     Scenario("subagent_v1", "claude", "Delegate.\n" + call("Agent", {
         "description": "Echo task", "prompt": AGENT_TASK, "subagent_type": "general-purpose",
-        "run_in_background": False})),
+        "run_in_background": False}), roles=("main", "subagent")),
     Scenario("tool_search", "claude", "Load a tool.\n" + call(
         "ToolSearch", {"query": "select:WebFetch"})),
     Scenario("web_search", "claude", "Search.\n" + call("WebSearch", {"query": "tito"}),
@@ -112,14 +116,11 @@ CODEX = [
     Scenario("default_tools", "codex", "Run it.\n" + call("exec_command", {"cmd": "echo hi"})),
     Scenario("web_search_tool", "codex", "Run it.\n" + call("exec_command", {"cmd": "echo hi"}),
              codex_config=CODEX_NO_AGENTS),
-    Scenario("subagent_v2", "codex", "Delegate.\n" + call(
-        "spawn_agent", {"message": "Sub task.\n" + call("exec_command", {"cmd": "echo sub"})})
+    Scenario("subagent_v2", "codex", "Delegate.\n" + call(  # the flat name the model sees
+        "multi_agent_v1__spawn_agent", {"message": "Sub task.\n" + call(
+            "exec_command", {"cmd": "echo sub"})})
         + "\n" + call("exec_command", {"cmd": "sleep 3; " + printf("SAY done")}),
-        gateway_args=V2, expect=("Output:\nsub\n",),
-        xfail="no call is refused and every model call is committed and in the samples "
-              "(namespace tools flattened, the spawn_agent call routed back with its "
-              "namespace), but the sub-agent's exec_command output 'sub' is in no sample's "
-              "response: the spawned agent does not run the scripted command"),
+        gateway_args=V2, expect=("Output:\nsub\n",), roles=("main", "subagent")),
     Scenario("view_image", "codex", "Look.\n" + call("exec_command", {
         "cmd": f"echo {PNG_1X1} | base64 -d > dot.png && "
                "echo \"CALL view_image {\\\"path\\\": \\\"$PWD/dot.png\\\"}\""}),
@@ -131,8 +132,7 @@ CODEX = [
     Scenario("compaction_v1", "codex", "Run it.\n" + call("exec_command", {
         "cmd": printf("SAY done")}),
         codex_config='model_auto_compact_token_limit = 3000\n' + CODEX_FUNCTION_TOOLS,
-        xfail="v1 session: after the compaction request Codex sends a rewritten history "
-              "(new window); 400 rollback_too_deep (discard_count=2)"),
+        expect=("CONTEXT CHECKPOINT COMPACTION",), roles=("main", "main")),
 ]
 
 
@@ -214,6 +214,12 @@ def check_run(scenario: Scenario, result: dict[str, Any]) -> None:
     responses = "\n".join(s["response"] for s in samples["samples"])
     missing = [text for text in scenario.expect if text not in responses]
     assert not missing, f"not in any sample's response: {missing}"
+    if scenario.roles:
+        lineage = [s["lineage"] for s in samples["samples"]]
+        assert sorted(str(x["role"]) for x in lineage) == list(scenario.roles), lineage
+        agents = {x["agent_id"] for x in lineage}
+        assert all(x["parent_agent_id"] in agents for x in lineage
+                   if x["role"] == "subagent"), lineage
 
 
 def scenario_params(scenarios: list[Scenario]) -> list[Any]:

@@ -49,7 +49,43 @@ def test_claude_code_under_a_named_agent_is_its_sub_agent() -> None:
     assert same is not None and same.agent_id == "x" and same.parent_agent_id is None
 
 
+ROOT = "01a24350-0349-79e2-b356-a4c186fca7ce"
+SUB = "01a24350-0411-7402-88a3-73ee583d14c9"
+
+
+def test_codex_threads_are_agents_and_windows_their_contexts() -> None:
+    """Codex 0.171's headers (captured in tests/harnesses/fixtures/codex): the root thread,
+    its window after a compaction, and a spawned sub-agent thread."""
+    root = ref(x_codex_window_id=f"{ROOT}:0", session_id=ROOT, thread_id=ROOT)
+    assert root == AgentRef(agent_id=ROOT, context_id=f"{ROOT}:0", header="x-codex-window-id")
+    window = ref(x_codex_window_id=f"{ROOT}:1", session_id=ROOT)
+    assert window is not None and (window.agent_id, window.key) == (ROOT, f"{ROOT}:1")
+    sub = ref(x_codex_window_id=f"{SUB}:0", x_codex_parent_thread_id=ROOT, session_id=ROOT,
+              x_openai_subagent="collab_spawn")
+    assert sub is not None and (sub.agent_id, sub.key, sub.parent_agent_id) == \
+        (SUB, f"{SUB}:0", ROOT)
+    assert ref(session_id="any value, even with spaces") is None  # a generic name alone
+    assert ref(x_codex_parent_thread_id=ROOT) is None  # no window: nothing named
+
+
+def test_codex_under_a_named_agent() -> None:
+    """A harness names the Codex process: the root thread is that agent (each later window
+    a context of it), a sub-agent thread a sub-agent of it."""
+    first = ref(X_Tito_Agent_Id="trial-7", x_codex_window_id=f"{ROOT}:0", session_id=ROOT)
+    assert first is not None and (first.agent_id, first.key) == ("trial-7", "trial-7")
+    later = ref(X_Tito_Agent_Id="trial-7", x_codex_window_id=f"{ROOT}:2", session_id=ROOT)
+    assert later is not None and (later.agent_id, later.key) == ("trial-7", "trial-7:2")
+    sub = ref(X_Tito_Agent_Id="trial-7", x_codex_window_id=f"{SUB}:0",
+              x_codex_parent_thread_id=ROOT, session_id=ROOT)
+    assert sub is not None and (sub.agent_id, sub.parent_agent_id) == (SUB, "trial-7")
+    nested = ref(X_Tito_Agent_Id="trial-7", x_codex_window_id="t3:0",
+                 x_codex_parent_thread_id=SUB, session_id=ROOT)
+    assert nested is not None and (nested.agent_id, nested.parent_agent_id) == ("t3", SUB)
+
+
 @pytest.mark.parametrize(("headers", "named"), [
+    ({"x_codex_window_id": "no-window-number"}, "x-codex-window-id"),
+    ({"x_codex_window_id": ":0"}, "x-codex-window-id"),
     ({"X_Tito_Agent_Id": "has space"}, "X-Tito-Agent-Id"),
     ({"X_Miles_Context_Id": "x" * 257}, "X-Miles-Context-Id"),
     ({"x_claude_code_agent_id": "caf\u00e9"}, "x-claude-code-agent-id"),

@@ -223,3 +223,40 @@ async def test_v1_without_contexts_would_have_failed(
         assert last.input_ids[: len(first.input_ids)] == first.input_ids
         main = (await http.get(f"/sessions/{sid}")).json()
         assert [r["rolled_back"] for r in main["records"]] == [0, 0]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_count_tokens_counts_in_the_named_agents_context(
+        qwen3_renderer: TemplateRenderer, qwen3_dir: Any, qwen3_self_check: dict[str, Any],
+        version: str) -> None:
+    """count_tokens with agent headers plans in that agent's context: a new agent opening
+    with the main agent's task is counted as its own first turn (without the header, v1
+    would take it as a rollback of the main agent) and leaves no context behind; the
+    counts are the prompts its turns then send."""
+    gateway = make(qwen3_renderer, qwen3_dir, qwen3_self_check, version)
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        await run_agents(gateway, http, sid, {"x-claude-code-agent-id": SUB_ID})
+        client = sdk(gateway, sid)
+        engine: ModelEngine = gateway.engine  # type: ignore[assignment]
+        helper = {"x-claude-code-agent-id": "f" * 17}
+        history: list[Any] = [{"role": "user", "content": TASK}]
+        for turn in range(2):
+            before = await view(http, sid)
+            counted = await client.messages.count_tokens(
+                model="claude-x", system=MAIN_SYSTEM, tools=MAIN_TOOLS, messages=history,  # type: ignore[arg-type]
+                extra_headers=helper)
+            assert await view(http, sid) == before  # nothing stored, no context left
+            reply = await client.messages.create(
+                model="claude-x", max_tokens=256, system=MAIN_SYSTEM, tools=MAIN_TOOLS,  # type: ignore[arg-type]
+                messages=history, extra_headers=helper)
+            assert len(engine.calls[-1].input_ids) == counted.input_tokens
+            if turn == 0:
+                history += [{"role": "assistant", "content": blocks(reply)},
+                            {"role": "user", "content": [{
+                                "type": "tool_result", "tool_use_id": tool_use(reply).id,
+                                "content": "done\nSAY ok"}]}]
+        if version == "v1":
+            with pytest.raises(anthropic.BadRequestError, match="rollback_too_deep"):
+                await client.messages.count_tokens(model="claude-x", system=MAIN_SYSTEM,
+                                                   tools=MAIN_TOOLS, messages=history[:1])  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ from starlette.responses import Response
 
 from tito.server.agents import agent_ref
 from tito.server.api import route_of
-from tito.server.api_state import ApiState
+from tito.server.api_state import ApiState, LastBodies
 from tito.server.errors import status_of
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect
@@ -71,6 +71,9 @@ class TurnContext:
     session: Session
     state: ApiState
     stored: list[Message]
+    bodies: LastBodies
+    """The last bodies of the agent the request's headers name (what its body may
+    extend)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +147,9 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
                      ) -> Response:
     agent = agent_ref(request.scope["headers"])  # a malformed agent header: 400 first
     session = gateway.session(request.path_params["session_id"])
-    ctx = TurnContext(gateway, session, ApiState.of(session), list(session.messages))
+    state = ApiState.of(session)
+    ctx = TurnContext(gateway, session, state, list(session.messages),
+                      state.last_bodies(None if agent is None else agent.key))
     raw, offload, decoded = await read_turn_body(
         gateway, request, lambda body: adapter.decode(ctx, body))
     turn = adapter.prepare(ctx, decoded)

@@ -1,7 +1,7 @@
 """What the API layer keeps per session, typed: the retry answers, each API's last body
-(what the next body of that API may extend, :mod:`tito.server.growing_body`) and the
-Responses API's remembered responses. A session of any version carries one
-(:attr:`tito.session.Session.api_state`), given when the gateway creates it.
+(what the next body of that API may extend, :mod:`tito.server.growing_body`) per agent
+its headers name, and the Responses API's remembered responses. A session of any version
+carries one (:attr:`tito.session.Session.api_state`), given when the gateway creates it.
 """
 
 from __future__ import annotations
@@ -19,20 +19,48 @@ if TYPE_CHECKING:
     from tito.server.responses.history import ResponseHistory
 
 
+MAX_AGENT_BODIES = 32
+"""Agents whose last bodies a session keeps besides its unnamed one (the oldest named
+agent's are dropped past it: its next body is decoded whole)."""
+
+
 @dataclass(slots=True)
-class ApiState:
-    replies: TurnReplies = field(default_factory=TurnReplies)
-    """The running and the last answered turn (idempotent retries)."""
+class LastBodies:
+    """One agent's last valid body of each API (each agent of a session grows its own)."""
+
     chat_body: ChatBody | None = None
     """The last valid Chat Completions body."""
     messages_body: MessagesBody | None = None
     """The last valid Anthropic Messages body."""
     responses_body: ResponsesBody | None = None
     """The last valid Responses body (with its whole conversation as input)."""
+
+
+@dataclass(slots=True)
+class ApiState(LastBodies):
+    """Its own :class:`LastBodies` are those of requests that name no agent."""
+
+    replies: TurnReplies = field(default_factory=TurnReplies)
+    """The running and the last answered turn (idempotent retries)."""
+    named_bodies: dict[str, LastBodies] = field(default_factory=dict)
+    """The last bodies of each agent a request's headers named (at most
+    :data:`MAX_AGENT_BODIES`, the most recent)."""
     responses: ResponseHistory | None = None
     """Responses that ``previous_response_id`` can continue (made at the first one)."""
     hosted_warned: set[str] = field(default_factory=set)
     """Hosted tools already logged as left out (one warning per session and tool)."""
+
+    def last_bodies(self, agent: str | None) -> LastBodies:
+        """The last bodies of the agent context ``agent`` names (None: no header)."""
+        if agent is None:
+            return self
+        bodies = self.named_bodies.pop(agent, None)
+        if bodies is None:
+            bodies = LastBodies()
+            if len(self.named_bodies) >= MAX_AGENT_BODIES:
+                del self.named_bodies[next(iter(self.named_bodies))]
+        self.named_bodies[agent] = bodies  # the most recent last
+        return bodies
 
     @staticmethod
     def of(session: Session) -> ApiState:

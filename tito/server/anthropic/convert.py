@@ -170,7 +170,7 @@ def sampling_params(req: MessagesRequest) -> SamplingParams:
     )
 
 
-def output_schema(req: MessagesRequest) -> str | None:
+def output_schema(req: MessagesRequest | CountTokensRequest) -> str | None:
     """The structured-output schema as JSON text: ``output_config.format``, else the
     beta's ``output_format``; None: free text."""
     config = req.output_config

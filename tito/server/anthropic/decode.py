@@ -50,7 +50,7 @@ from tito.server.anthropic.convert import (
     turn_notes,
 )
 from tito.server.anthropic.models import InputMessage, MessagesRequest, parse_request
-from tito.server.api_state import ApiState
+from tito.server.api_state import LastBodies
 from tito.server.growing_body import GrowingBody, same_json, share_stored, without_elements
 from tito.server.http import check_depth, decode_growing, decode_json
 from tito.types.errors import BadRequest
@@ -90,7 +90,7 @@ class LastBody:
 
 
 def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
-                    state: ApiState | None = None, stored: list[Message] | None = None,
+                    state: LastBodies | None = None, stored: list[Message] | None = None,
                     images: str = "reject", hosted_tools: str = "drop"
                     ) -> tuple[MessagesRequest, TurnRequest]:
     """(the validated request *without its messages*, the turn: its chat messages).

@@ -89,6 +89,8 @@ class CountTokensRequest(_Open):
     tools: list[ToolDef] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    output_format: OutputFormat | None = None
 
 
 def parse_request(data: Any, model: type[_Open], *, max_depth: int) -> Any:

@@ -17,7 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
-from tito.server.anthropic.convert import message_reply, sampling_params, turn_request
+from tito.server.agents import agent_ref
+from tito.server.anthropic.convert import (
+    message_reply,
+    output_schema,
+    sampling_params,
+    turn_request,
+)
 from tito.server.anthropic.decode import decode_messages
 from tito.server.anthropic.events import error_event, live_events
 from tito.server.anthropic.models import (
@@ -46,7 +52,7 @@ class Messages:
     def decode(self, ctx: TurnContext, body: bytes) -> Decoded:
         config = ctx.gateway.config
         return decode_messages(body, ctx.gateway.renderer, max_depth=config.max_json_depth,
-                               state=ctx.state, stored=ctx.stored, images=config.images,
+                               state=ctx.bodies, stored=ctx.stored, images=config.images,
                                hosted_tools=config.hosted_tools)
 
     def prepare(self, ctx: TurnContext, request: Decoded) -> ApiTurn[Decoded]:
@@ -73,13 +79,18 @@ class Messages:
 
 async def count_tokens(gateway: Gateway, request: Request) -> Response:
     """The prompt length the same request would have as the session's next turn (planned
-    as a turn is, then released: nothing is stored)."""
+    as a turn is, in the agent context its headers name or it would be routed to, then
+    released: nothing is stored)."""
+    agent = agent_ref(request.scope["headers"])
     session = gateway.session(request.path_params["session_id"])
     data: Any = await read_json(request, gateway.config.max_body_bytes)
     req = parse_request(data, CountTokensRequest, max_depth=gateway.config.max_json_depth)
     config = gateway.config
-    plan = session.plan(turn_request(req, gateway.renderer, images=config.images,
-                                     hosted_tools=config.hosted_tools))
+    turn = turn_request(req, gateway.renderer, images=config.images,
+                        hosted_tools=config.hosted_tools)
+    turn.agent = agent
+    turn.structured = output_schema(req) is not None
+    plan = session.plan(turn)
     try:
         count = len(plan.prompt_ids)
     finally:

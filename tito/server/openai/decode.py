@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tito.server.api_state import ApiState
+from tito.server.api_state import LastBodies
 from tito.server.growing_body import GrowingBody, share
 from tito.server.http import decode_growing
 from tito.server.openai.convert import has_developer, sampling_params
@@ -51,7 +51,7 @@ class DecodedChat:
 
 
 def decode_chat(body: bytes, stored: list[Message], max_depth: int,
-                state: ApiState, default_max_tokens: int) -> DecodedChat:
+                state: LastBodies, default_max_tokens: int) -> DecodedChat:
     """Parse and validate a chat body. A body that extends the session's last one is
     parsed and validated only past it (:mod:`tito.server.growing_body`), and its earlier
     messages, the same objects as last time, are neither compared with ``stored`` (the

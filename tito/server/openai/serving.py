@@ -43,7 +43,7 @@ class ChatCompletions:
 
     def decode(self, ctx: TurnContext, body: bytes) -> DecodedChat:
         config = ctx.gateway.config
-        return decode_chat(body, ctx.stored, config.max_json_depth, ctx.state,
+        return decode_chat(body, ctx.stored, config.max_json_depth, ctx.bodies,
                            config.default_max_tokens)
 
     def prepare(self, ctx: TurnContext, request: DecodedChat) -> ApiTurn[DecodedChat]:

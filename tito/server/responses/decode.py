@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tito.server.api_state import ApiState
+from tito.server.api_state import LastBodies
 from tito.server.growing_body import GrowingBody, Parsed, share_stored, without_elements
 from tito.server.http import check_depth, decode_growing, decode_json
 from tito.server.responses.convert import extend_chat_messages
@@ -70,7 +70,7 @@ class LastBody:
     """The images of the items before ``open_from`` (item index, place)."""
 
 
-def decode_responses(body: bytes, max_depth: int, *, state: ApiState | None = None,
+def decode_responses(body: bytes, max_depth: int, *, state: LastBodies | None = None,
                      stored: list[Message] | None = None, images: list[str] | None = None
                      ) -> tuple[ResponsesRequest, list[Message]]:
     """JSON body -> (its validated request *without its input*, its input as chat

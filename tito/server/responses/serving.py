@@ -51,7 +51,7 @@ class Responses:
     def decode(self, ctx: TurnContext, body: bytes) -> Decoded:
         images: list[str] = []
         request, messages = decode_responses(body, ctx.gateway.config.max_json_depth,
-                                             state=ctx.state, stored=ctx.stored,
+                                             state=ctx.bodies, stored=ctx.stored,
                                              images=images)
         return request, messages, images
 
