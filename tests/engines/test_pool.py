@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,16 +17,17 @@ import openai
 import pytest
 from helpers.fakes import FakeEngine
 from helpers.inproc import asgi_client, new_session
-from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.support import Proc, engine_log, start_gateway, start_mock, tokenizer_dir
 
 from tito.config import ServerConfig
 from tito.engines.mock import MockConfig, MockEngine, MockModel
 from tito.engines.pool import EnginePool
 from tito.engines.sglang import SGLangEngine
+from tito.engines.transport import HttpTransport
 from tito.render.base import TemplateRenderer
 from tito.server.gateway import Gateway
 from tito.types.engine import EngineStats, MemberStats, SamplingParams
-from tito.types.errors import EngineUnreachable
+from tito.types.errors import EngineRefused, EngineUnreachable
 from tito.types.placement import session_of
 
 PARAMS = SamplingParams(max_new_tokens=8)
@@ -71,6 +73,48 @@ async def test_a_failed_engine_is_ejected_the_session_moves_and_it_comes_back(
     first.down = None  # it answers again: re-admitted, and new sessions use it
     await pool.generate([1], PARAMS, "t_t000000_00")
     assert first.calls[-1].rid == "t_t000000_00"
+
+
+async def test_a_refused_connection_moves_the_turn_at_once(
+        qwen3_renderer: TemplateRenderer) -> None:
+    """Nothing reached the engine: the same request runs on another engine, no failed
+    turn; the session then sticks there. Streamed turns move alike."""
+    pool, (first, second) = pool_of(qwen3_renderer, 2)
+    await pool.generate([1], PARAMS, "s_t000000_00")
+    await pool.generate([1], PARAMS, "u_t000000_00")  # on the second (least loaded)
+    first.script(EngineRefused("connection refused"))
+    first.down = "connection refused"
+    result = await pool.generate([1, 2], PARAMS, "s_t000001_00")
+    assert result.output_ids and second.calls[-1].rid == "s_t000001_00"
+    assert pool.refused_moves == 1 and pool.moves == 1
+    assert pool.member_stats()["http://e0"]["up"] == 0.0
+    await pool.generate([1], PARAMS, "s_t000002_00")
+    assert second.calls[-1].rid == "s_t000002_00"  # sticks to its new engine
+    second.script(EngineRefused("refused"))
+    second.down = "refused"  # the last engine refuses: the refusal is the turn's error
+    with pytest.raises(EngineRefused, match="refused"):
+        await pool.generate([1], PARAMS, "s_t000003_00")
+
+
+async def test_a_refused_stream_moves_before_its_first_chunk(
+        qwen3_renderer: TemplateRenderer) -> None:
+    pool, (first, second) = pool_of(qwen3_renderer, 2)
+    first.script(EngineRefused("connection refused"))
+    chunks = [c async for c in pool.generate_stream([1], PARAMS, "s_t000000_00")]
+    assert chunks[-1].result is not None and [c.rid for c in second.calls] == ["s_t000000_00"]
+    assert pool.refused_moves == 1
+
+
+async def test_the_transport_maps_a_refused_connection() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    transport = HttpTransport(f"http://127.0.0.1:{sock.getsockname()[1]}")
+    try:
+        with pytest.raises(EngineRefused, match="engine transport error"):
+            await transport.request("POST", "/generate", b"{}")
+    finally:
+        await transport.close()
+        sock.close()
 
 
 async def test_all_down_is_an_engine_error_naming_each(qwen3_renderer: TemplateRenderer
@@ -206,16 +250,14 @@ def test_two_engines_behind_one_gateway(two_engines: tuple[list[Proc], Proc]) ->
         assert f'tito_engine_requests_total{{engine="{engine.url}"}} 4' in metrics
         assert f'tito_engine_cache_hit_rate{{engine="{engine.url}"}}' in metrics
 
-    # an engine dies: its sessions fail one turn (502), then move to the other engine
+    # an engine dies (its port refuses connections): its sessions' next turns move to the
+    # other engine at once, with no failed turn (nothing had reached the dead engine)
     engines[0].stop()
     moved = [sid for sid in sids if any(r["rid"].startswith(sid) for r in logs[0])]
     sid = moved[0]
     client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
                            max_retries=0)
     messages = [*histories[sid], {"role": "user", "content": "SAY Still here."}]
-    with pytest.raises(openai.APIStatusError) as failed:
-        client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
-    assert failed.value.status_code == 502
     reply = client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "Still here."
     last = httpx.get(engines[1].url + "/mock/requests").json()[-1]
@@ -225,6 +267,41 @@ def test_two_engines_behind_one_gateway(two_engines: tuple[list[Proc], Proc]) ->
     health = httpx.get(gateway.url + "/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert [e["up"] for e in health.json()["engine"]["engines"]] == [False, True]
+    assert "tito_errors_total{" not in httpx.get(gateway.url + "/metrics").text  # no 502
+
+
+@pytest.mark.slow
+def test_a_reset_after_the_request_was_sent_stays_a_502() -> None:
+    """The engine may have generated: the turn fails (the session unchanged) rather than
+    run again on the other engine."""
+    tokenizer = tokenizer_dir("qwen3")
+    engines = [start_mock(tokenizer, "qwen3") for _ in range(2)]
+    gateway = None
+    try:
+        gateway = start_gateway(engines[0].url, tokenizer, "qwen3",
+                                "--engine-url", engines[1].url)
+        sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
+                               max_retries=0)
+        first = [{"role": "user", "content": "SAY One."}]
+        reply = client.chat.completions.create(model="m", messages=first)  # type: ignore[arg-type]
+        history = [*first, reply.choices[0].message.model_dump(exclude_none=True)]
+        logs = [engine_log(e.url, sid) for e in engines]
+        (home,) = [i for i, log in enumerate(logs) if log]
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(model="m", messages=[  # type: ignore[arg-type]
+                *history, {"role": "user", "content": "FAULT reset\nSAY Two."}])
+        assert failed.value.status_code == 502
+        assert failed.value.body["code"] == "engine_error"  # type: ignore[index]
+        assert len(engine_log(engines[home].url, sid)) >= 2  # it reached the engine ...
+        assert engine_log(engines[1 - home].url, sid) == []  # ... and was not run again
+        meta = httpx.get(f"{gateway.url}/sessions/{sid}").json()["metadata"]
+        assert meta["num_turns"] == 1
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        for engine in engines:
+            engine.stop()
 
 
 def test_engines_of_both_kinds_serve_side_by_side() -> None:

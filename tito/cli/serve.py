@@ -9,13 +9,13 @@ import os
 import sys
 from typing import Any
 
+from tito.cli.supervise import supervise
 from tito.config import HOSTED_TOOLS, IMAGES, SIDE_REQUESTS, ServerConfig
 from tito.heap import freeze_startup_heap, one_malloc_arena, tune_for_serving
-from tito.launch import ServerProcess, start_server, tito_command
 from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
 from tito.stack import Stack, default_family, start_stack
-from tito.types.errors import ConfigError, TitoError
+from tito.types.errors import TitoError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests in flight per engine (more wait; default: no cap)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run N gateway processes on consecutive ports from --port (sessions "
-                        "are independent: a session id names its worker)")
-    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+                        "are independent: a session id names its worker), supervised: a "
+                        "worker that dies is started again")
+    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--tokenizer", default=None,
                    help="local folder with tokenizer.json (or vocab.json + merges.txt) and "
                         "the chat template; loaded offline (required unless --engine embedded)")
@@ -90,7 +91,8 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                         "on start (sessions survive kill -9)")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health "
-                        "(default: $TITO_API_KEY; unset: no key)")
+                        "(default: $TITO_API_KEY, better: a flag's value is visible to "
+                        "other users in ps; unset: no key)")
     p.add_argument("--allowed-hosts", default=None, metavar="H1,H2",
                    help="Host header names served, comma-separated ('*': any); default: "
                         "127.0.0.1, localhost, ::1 and --host")
@@ -174,7 +176,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         tokenizer=args.tokenizer or "", family=family, engine=engine,
         engine_url=urls[0] if urls else None, extra_engine_urls=tuple(urls[1:]),
         engine_max_inflight=args.engine_max_inflight, workers=args.workers,
-        worker_index=args.worker_index,
+        worker_index=args.worker_index or 0,
         chat_template=args.chat_template, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         **session_config(args), max_seq_len=args.max_seq_len,
@@ -197,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
+        if config.workers > 1 and args.worker_index is None:  # the user's tito serve
+            config.validate()
+            return supervise(config, sys.argv[1:])
         if config.engine != "embedded":  # the embedded engine's torch threads keep theirs
             one_malloc_arena()  # before any thread starts (tito.heap)
         return asyncio.run(serve(config))
@@ -205,50 +210,28 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def start_workers(config: ServerConfig) -> list[ServerProcess]:
-    """Workers 1 .. N-1 (``--workers N``): ``tito serve`` with the same arguments on the
-    next ports; stopped again if one fails to start."""
-    started: list[ServerProcess] = []
-    try:
-        for index in range(1, config.workers):
-            argv = [*sys.argv[1:], "--port", str(config.port + index),
-                    "--worker-index", str(index)]
-            started.append(start_server(f"tito serve worker {index}",
-                                        tito_command(*argv), timeout=180.0,
-                                        echo=f"[worker {index}] "))
-    except Exception as exc:
-        for worker in started:
-            worker.stop()
-        raise ConfigError(f"worker {len(started) + 1} of {config.workers} did not start: "
-                          f"{exc}") from exc
-    return started
-
-
 async def serve(config: ServerConfig) -> int:
-    """Serve until a signal. The first of several workers starts the others once it is up
-    itself (so its own configuration errors come first) and stops them when it stops; a
-    worker whose parent is gone stops too."""
+    """Serve until a signal. A worker of ``--workers N`` (started by the supervisor,
+    :mod:`tito.cli.supervise`) checks its peers (``/health``, 421 or 503) and stops when
+    its supervisor is gone."""
     stack = await start_stack(config, handle_signals=True)
     tune_for_serving()
     settle = asyncio.create_task(_freeze_when_built(stack))
-    workers: list[ServerProcess] = []
+    peers = stack.gateway.peers
     watch: asyncio.Task[None] | None = None
     try:
-        if config.workers > 1 and config.worker_index == 0:
-            workers = await asyncio.to_thread(start_workers, config)
-        if config.worker_index > 0:
+        if peers is not None:
+            peers.start()
             watch = asyncio.create_task(_stop_when_orphaned(stack.server))
-        also = f" (workers: {', '.join([stack.url, *(w.url for w in workers)])})" \
-            if workers else ""
-        print(f"tito serve listening on {stack.url}{also}", flush=True)
+        print(f"tito serve listening on {stack.url}", flush=True)
         await stack.server.wait()
     finally:
         settle.cancel()
         if watch is not None:
             watch.cancel()
+        if peers is not None:
+            await peers.stop()
         await stack.close()
-        for worker in workers:
-            await asyncio.to_thread(worker.stop)
     return 0
 
 
@@ -265,5 +248,6 @@ async def _stop_when_orphaned(server: Any) -> None:
     parent = os.getppid()
     while os.getppid() == parent:
         await asyncio.sleep(1.0)
-    logging.getLogger("tito.server").warning("the first worker is gone: stopping")
+    logging.getLogger("tito.server").warning("the supervisor (tito serve --workers) is "
+                                             "gone: stopping")
     await server.stop()

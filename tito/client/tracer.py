@@ -4,13 +4,22 @@
 in ``finally`` (design §7): a retry could assemble a different trajectory, and a session
 must never outlive its collection. A timeout or transport error during the POST turns
 the trajectory into one ABORTED sample; any other failure raises.
+
+Over the workers of ``tito serve --workers N`` (whose supervisor restarts a worker that
+dies), the tracer works around a dead worker: a new session whose worker refuses the
+connection goes to the next worker (and that worker is skipped for :data:`DOWN_FOR_S`
+seconds), and a collection whose worker refuses the connection (the request never left)
+is tried again every :data:`RETRY_EVERY_S` seconds until the worker is back or
+``worker_wait`` seconds have passed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
@@ -22,6 +31,15 @@ from tito.samples import DecodedSamples, Sample, decode_samples
 from tito.types.placement import gateway_for, gateway_of
 
 log = logging.getLogger("tito.client")
+DOWN_FOR_S = 5.0
+"""A worker that failed to create a session gets no new sessions for this long (unless
+every worker is down)."""
+RETRY_EVERY_S = 0.5
+"""A collection on a worker that refuses connections is tried again this often."""
+WORKER_WAIT_S = 60.0
+"""Default wait for a dead worker to come back (several workers; one gateway: none)."""
+WAIT_FOR = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Transport failures that show the request never reached the gateway."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,18 +70,24 @@ def aborted_sample(reason: str, metadata: dict[str, Any] | None = None) -> Sampl
 class SessionTracer:
     def __init__(self, gateway_url: str | Sequence[str], *, timeout: float = 120.0,
                  client: httpx.AsyncClient | None = None,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, worker_wait: float | None = None) -> None:
         """``gateway_url``: one gateway, or the workers of ``tito serve --workers N`` (a
         list, or URLs separated by commas, in worker order): each new session goes to
         one of them (:meth:`create`). ``api_key``: the gateway's ``--api-key`` (default:
         ``$TITO_API_KEY``), sent as ``Authorization: Bearer`` by a client the tracer
-        creates."""
+        creates. ``worker_wait``: seconds a collection waits for its dead worker to come
+        back (default :data:`WORKER_WAIT_S` with several workers, 0 with one gateway:
+        nothing restarts it)."""
         urls = gateway_url.split(",") if isinstance(gateway_url, str) else list(gateway_url)
         self.gateway_urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self.gateway_urls:
             raise ValueError("SessionTracer needs a gateway URL")
         self.gateway_url = self.gateway_urls[0]
         self._next = itertools.count()
+        self._down: dict[str, float] = {}
+        """Worker URL -> until when it gets no new sessions."""
+        self.worker_wait = worker_wait if worker_wait is not None else \
+            WORKER_WAIT_S if len(self.gateway_urls) > 1 else 0.0
         self.timeout = timeout
         key = api_key if api_key is not None else os.environ.get("TITO_API_KEY")
         headers = {"authorization": f"Bearer {key}"} if key else None
@@ -82,7 +106,7 @@ class SessionTracer:
 
     def place(self, key: object = None) -> str:
         """The gateway for a new session: by a stable hash of ``key`` (the same key, the
-        same worker), else in turn."""
+        same worker), else in turn (:meth:`create` moves on from a dead one)."""
         if len(self.gateway_urls) == 1:
             return self.gateway_url
         if key is None:
@@ -93,15 +117,37 @@ class SessionTracer:
         """``<gateway>/sessions/<id>`` of a session, its worker read from its id."""
         return f"{gateway_of(session_id, self.gateway_urls)}/sessions/{session_id}"
 
+    def _candidates(self, first: str) -> list[str]:
+        """Every gateway from ``first`` on, in worker order: the live ones first."""
+        urls = self.gateway_urls
+        start = urls.index(first)
+        ring = urls[start:] + urls[:start]
+        now = time.monotonic()
+        return [u for u in ring if self._down.get(u, 0.0) <= now] + \
+            [u for u in ring if self._down.get(u, 0.0) > now]
+
     async def create(self, key: object = None) -> TracedSession:
-        """A new session on one of the gateways (see :meth:`place`)."""
-        gateway = self.place(key)
-        resp = await self._client.post(f"{gateway}/sessions")
-        if resp.status_code != 200:
-            raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}",
-                               status=resp.status_code)
-        session_id = resp.json()["session_id"]
-        return TracedSession(session_id, f"{gateway}/sessions/{session_id}")
+        """A new session on one of the gateways (see :meth:`place`); a worker that cannot
+        be reached is passed over for the next (its transport error is raised when no
+        worker can be reached)."""
+        candidates = self._candidates(self.place(key))
+        for gateway in candidates:
+            try:
+                resp = await self._client.post(f"{gateway}/sessions")
+            except httpx.TransportError as exc:
+                if gateway == candidates[-1]:
+                    raise
+                self._down[gateway] = time.monotonic() + DOWN_FOR_S
+                log.warning("creating a session on %s failed (%s); trying the next worker",
+                            gateway, exc)
+                continue
+            self._down.pop(gateway, None)
+            if resp.status_code != 200:
+                raise CollectError(f"POST /sessions failed with {resp.status_code}: "
+                                   f"{resp.text}", status=resp.status_code)
+            session_id = resp.json()["session_id"]
+            return TracedSession(session_id, f"{gateway}/sessions/{session_id}")
+        raise AssertionError("unreachable: the last candidate raises")
 
     async def delete(self, session: TracedSession) -> None:
         try:
@@ -127,7 +173,7 @@ class SessionTracer:
             body["include_response"] = False
         try:
             try:
-                resp = await self._client.post(f"{session.base_url}/samples", json=body)
+                resp = await self._post_samples(session, body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if not abort_on_transport_error:
                     raise
@@ -140,3 +186,21 @@ class SessionTracer:
             return decode_samples(resp.content)
         finally:
             await self.delete(session)
+
+    async def _post_samples(self, session: TracedSession, body: dict[str, Any]
+                            ) -> httpx.Response:
+        """The collection, tried again while its worker refuses connections (it never
+        received the request), for up to :attr:`worker_wait` seconds."""
+        deadline = time.monotonic() + self.worker_wait
+        while True:
+            try:
+                return await self._client.post(f"{session.base_url}/samples", json=body)
+            except WAIT_FOR as exc:
+                if time.monotonic() + RETRY_EVERY_S > deadline:
+                    if not self.worker_wait:
+                        raise
+                    raise type(exc)(f"the gateway worker of session {session.session_id} "
+                                    f"({session.base_url}) stayed down for "
+                                    f"{self.worker_wait:g}s: {exc}",
+                                    request=exc.request) from exc
+            await asyncio.sleep(RETRY_EVERY_S)

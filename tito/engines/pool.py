@@ -3,9 +3,13 @@
 Each session sticks to one engine, where its prefix cache lives: a session's first turn
 goes to the least-loaded healthy engine (fewest requests in flight, then fewest
 sessions), and its later turns follow it there. An engine whose request fails at the
-transport level (unreachable, reset, timed out) is ejected at once; the turn fails (502,
-the session unchanged) and the session's next turn moves to another engine — its prompt
-ids are the gateway's, so any engine can continue it (the new engine's cache is cold).
+transport level (refused, reset, timed out) is ejected at once and the session moves to
+another engine — its prompt ids are the gateway's, so any engine can continue it (the
+new engine's prefix cache is cold; routing replay asks the new engine for the same
+rows). When the connection was refused (:class:`EngineRefused`: nothing was sent) the
+turn itself moves at once and succeeds there, with no failed turn; any other transport
+failure (a reset or a timeout after the request was sent: the engine may have generated)
+fails the turn (502 or 504, the session unchanged) and the session's next turn moves.
 An ejected engine is probed at most once a second while turns arrive and re-admitted
 when it answers. ``--engine-max-inflight N`` caps the requests in flight per engine
 (more wait). Aborts go to the engine running the request; pause, continue and weight
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,9 +40,10 @@ from tito.types.engine import (
     TokenIds,
     stream_generate,
 )
-from tito.types.errors import EngineError, EngineTimeout, EngineUnreachable
+from tito.types.errors import EngineError, EngineRefused, EngineTimeout, EngineUnreachable
 from tito.types.placement import session_of
 
+log = logging.getLogger("tito.engines")
 PROBE_EVERY_S = 1.0
 """An ejected engine is probed at most this often (while turns arrive)."""
 MAX_PLACED = 100_000
@@ -82,6 +88,9 @@ class EnginePool:
         self._running: dict[str, Member] = {}
         self.moves = 0
         """Sessions moved to another engine because theirs was ejected."""
+        self.refused_moves = 0
+        """Requests moved to another engine at once because theirs refused the connection
+        (each is also a session move)."""
 
     # -- placement -------------------------------------------------------------------
     async def _member_for(self, rid: str) -> Member:
@@ -156,22 +165,46 @@ class EnginePool:
     # -- the Engine protocol ---------------------------------------------------------
     async def generate(self, input_ids: TokenIds, params: SamplingParams, rid: str, *,
                        replay: ReplayRequest | None = None) -> GenerateResult:
-        member = await self._member_for(rid)
-        async with self._slot(member, rid):
-            result = await member.engine.generate(input_ids, params, rid, replay=replay)
-        self._count(member, result)
-        return result
+        while True:
+            member = await self._member_for(rid)
+            try:
+                async with self._slot(member, rid):
+                    result = await member.engine.generate(input_ids, params, rid,
+                                                          replay=replay)
+            except EngineRefused as exc:
+                self._move_refused(member, exc)
+                continue
+            self._count(member, result)
+            return result
 
     async def generate_stream(self, input_ids: TokenIds, params: SamplingParams, rid: str,
                               *, replay: ReplayRequest | None = None
                               ) -> AsyncIterator[StreamChunk]:
-        member = await self._member_for(rid)
-        async with self._slot(member, rid), contextlib.aclosing(stream_generate(
-                member.engine, input_ids, params, rid, replay=replay)) as chunks:
-            async for chunk in chunks:
-                if chunk.result is not None:
-                    self._count(member, chunk.result)
-                yield chunk
+        while True:
+            member = await self._member_for(rid)
+            started = False
+            try:
+                async with self._slot(member, rid), contextlib.aclosing(stream_generate(
+                        member.engine, input_ids, params, rid, replay=replay)) as chunks:
+                    async for chunk in chunks:
+                        started = True
+                        if chunk.result is not None:
+                            self._count(member, chunk.result)
+                        yield chunk
+                return
+            except EngineRefused as exc:
+                if started:  # (a refusal comes before any chunk; never resend a stream)
+                    raise
+                self._move_refused(member, exc)
+
+    def _move_refused(self, member: Member, exc: EngineRefused) -> None:
+        """After ``member`` refused the connection (ejected by :meth:`_slot`): raise
+        ``exc`` when no engine is left, else let the caller place the request again."""
+        if not any(m.up for m in self.members):
+            raise exc
+        self.refused_moves += 1
+        log.warning("%s refused the connection (%s); the request moves to another engine",
+                    member.url, exc)
 
     async def abort(self, rid: str) -> None:
         member = self._running.get(rid)

@@ -9,8 +9,9 @@ One pooled keep-alive aiohttp session per engine URL, orjson bodies, and:
 - **short probes**: :meth:`HttpTransport.probe` answers within a few seconds whatever the
   generation timeout (600 s by default);
 - the error mapping every engine client shares: a transport failure is an
-  :class:`EngineUnreachable` (``engine_error``, cause chained), a timeout an
-  :class:`EngineTimeout`.
+  :class:`EngineUnreachable` (``engine_error``, cause chained), an
+  :class:`EngineRefused` when no connection could be made (nothing was sent), a timeout
+  an :class:`EngineTimeout`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from tito.types.errors import EngineError, EngineTimeout, EngineUnreachable
+from tito.types.errors import EngineError, EngineRefused, EngineTimeout, EngineUnreachable
 
 JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"content-type": "application/json"}
@@ -269,8 +270,12 @@ class HttpTransport:
         return EngineTimeout(f"{self.label} {self.url}{path} timed out after {seconds}s")
 
     def transport_error(self, path: str, exc: BaseException, note: str = "") -> EngineError:
-        return EngineUnreachable(f"engine transport error on {self.url}{path}: "
-                                 f"{type(exc).__name__}: {exc}{note}")
+        """An :class:`EngineRefused` when no connection was made (nothing was sent: an
+        engine pool moves the request at once), else an :class:`EngineUnreachable`."""
+        kind = EngineRefused if isinstance(exc, aiohttp.ClientConnectorError) else \
+            EngineUnreachable
+        return kind(f"engine transport error on {self.url}{path}: "
+                    f"{type(exc).__name__}: {exc}{note}")
 
     async def close(self) -> None:
         if self._session is not None:

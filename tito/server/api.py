@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from tito.server.errors import error_response, status_of
 from tito.server.http import CLIENT_CLOSED
-from tito.types.errors import TitoError
+from tito.types.errors import ErrorKind, TitoError
 
 if TYPE_CHECKING:
     from tito.server.gateway import Gateway
@@ -80,7 +80,10 @@ class Api:
         """Count ``error``, log it when it is a server-side failure, and word it."""
         status = self.status_of(error)
         gateway.metrics.error(status, error.code, route_of(request))
-        if status >= 500:
+        if status >= 500 and error.kind is ErrorKind.UNAVAILABLE:  # not a failure here
+            log.warning("%s %s -> %d %s: %s", request.method, request.url.path, status,
+                        error.code, error.message)
+        elif status >= 500:
             log.error("%s %s -> %d %s: %s", request.method, request.url.path, status,
                       error.code, error.message, exc_info=error)
         return self.error_response(error, status)

@@ -28,6 +28,7 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.TOO_LARGE: 413,
     ErrorKind.UNPROCESSABLE: 422,
     ErrorKind.OVER_CAPACITY: 429,
+    ErrorKind.UNAVAILABLE: 503,
     ErrorKind.INTERNAL: 500,
     ErrorKind.CONFIG: 500,
     ErrorKind.ENGINE_FAILED: 502,
@@ -43,6 +44,7 @@ TYPE: dict[ErrorKind, str] = {
     ErrorKind.GONE: "not_found_error",
     ErrorKind.MISDIRECTED: "not_found_error",
     ErrorKind.OVER_CAPACITY: "rate_limit_error",
+    ErrorKind.UNAVAILABLE: "server_error",
     ErrorKind.INTERNAL: "server_error",
     ErrorKind.CONFIG: "server_error",
     ErrorKind.ENGINE_FAILED: "server_error",
@@ -84,6 +86,11 @@ def error_body(exc: TitoError) -> bytes:
         "message": exc.message, "type": error_type(exc), "code": exc.code, "param": None}})
 
 
+def retry_headers(exc: TitoError) -> dict[str, str] | None:
+    """``Retry-After`` when the error says when a retry may succeed."""
+    return None if exc.retry_after is None else {"retry-after": str(exc.retry_after)}
+
+
 def error_response(exc: TitoError, status: int | None = None) -> Response:
     return Response(error_body(exc), status_code=status or status_of(exc),
-                    media_type="application/json")
+                    media_type="application/json", headers=retry_headers(exc))

@@ -29,6 +29,7 @@ from tito.server.api_state import ApiState
 from tito.server.engine_control import EngineControl
 from tito.server.journal import Journal
 from tito.server.metrics import Metrics
+from tito.server.peers import Peers
 from tito.server.routing_replay import RoutingReplay
 from tito.session import LinearSession, Session, TreeSession, TurnSession
 from tito.session.collect import Hooks
@@ -47,7 +48,7 @@ from tito.types.engine import (
     check_output,
     stream_generate,
 )
-from tito.types.errors import BadRequest, EngineError, Misdirected
+from tito.types.errors import BadRequest, EngineError, Misdirected, WorkerUnavailable
 from tito.types.hooks import load_function
 from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.placement import worker_of
@@ -114,6 +115,9 @@ class Gateway:
         self.workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tito-cpu")
         self.control = EngineControl(engine, config, self.metrics)
         self.routing = RoutingReplay(config)
+        self.peers = Peers(config.host, config.port - config.worker_index, config.workers,
+                           config.worker_index) if config.workers > 1 else None
+        """The other workers of ``--workers N`` (checked by ``tito serve``)."""
         self.journal: Journal | None = None
         if config.journal is not None:  # one journal folder per worker
             self.journal = Journal(config.journal if config.workers == 1 else
@@ -163,15 +167,19 @@ class Gateway:
             await durable
 
     def session(self, session_id: str) -> Session:
-        """The live session ``session_id`` (NotFound otherwise; Misdirected when it is a
-        session of another worker)."""
-        workers = self.config.workers
-        if workers > 1:
+        """The live session ``session_id`` (NotFound otherwise). A session of another
+        worker: Misdirected (421) naming it, or WorkerUnavailable (503) while it is down."""
+        peers = self.peers
+        if peers is not None:
             owner = worker_of(session_id)
-            if owner is not None and owner != self.config.worker_index and owner < workers:
-                port = self.config.port - self.config.worker_index + owner
-                raise Misdirected(f"session {session_id} belongs to worker {owner} of "
-                                  f"{workers} (port {port}); send its requests there")
+            if owner is not None and owner != peers.me and owner < peers.count:
+                where = f"worker {owner} of {peers.count} (port {peers.port(owner)})"
+                if peers.is_down(owner):
+                    raise WorkerUnavailable(
+                        f"session {session_id} belongs to {where}, which is down now "
+                        f"({peers.down.get(owner)}); retry it there once it is back")
+                raise Misdirected(f"session {session_id} belongs to {where}; send its "
+                                  "requests there")
         return self.store.get(session_id)
 
     # -- turns ---------------------------------------------------------------------------

@@ -26,11 +26,16 @@ PAGE_ID_BUDGET = 65_536
 
 
 async def health(gateway: Gateway, request: Request) -> Response:
-    """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer."""
+    """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer; 200
+    ``degraded`` while another worker of ``--workers N`` is down (this one serves)."""
     engine_error = await gateway.control.engine_state()
     stats = gateway.engine.stats()
+    peers = gateway.peers
+    if peers is not None:
+        await peers.check()
+    degraded = engine_error is not None or (peers is not None and bool(peers.down))
     return json_response({
-        "status": "ok" if engine_error is None else "degraded",
+        "status": "degraded" if degraded else "ok",
         "instance_id": gateway.instance_id,
         "session_server_instance_id": gateway.instance_id,  # the reference's name
         "engine": {"name": gateway.engine.name, "url": stats.url,
@@ -45,6 +50,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
                            "layers": gateway.routing.layers, "top_k": gateway.routing.top_k},
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
+        **({} if peers is None else {"workers": peers.view()}),
         "capabilities": {
             **gateway.renderer.capability_report(),
             "append_only_verified": bool(gateway.self_check.get("passed")),

@@ -34,6 +34,8 @@ class ErrorKind(StrEnum):
     UNPROCESSABLE = "unprocessable"
     """A deterministic failure on valid input (e.g. sample assembly)."""
     OVER_CAPACITY = "over_capacity"
+    UNAVAILABLE = "unavailable"
+    """What the request needs is down for now (another gateway worker); retry later."""
     ENGINE_FAILED = "engine_failed"
     """The engine failed or answered something unusable."""
     ENGINE_TIMEOUT = "engine_timeout"
@@ -50,6 +52,9 @@ class TitoError(Exception):
 
     kind: ErrorKind = ErrorKind.INTERNAL
     code: str = "internal_error"
+
+    retry_after: int | None = None
+    """Seconds after which a retry may succeed (the ``Retry-After`` header), if known."""
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -88,6 +93,15 @@ class Misdirected(TitoError):
 
     kind = ErrorKind.MISDIRECTED
     code = "wrong_worker"
+
+
+class WorkerUnavailable(TitoError):
+    """A session of another gateway worker that is down now (503 with ``Retry-After``):
+    it lives only in that worker (and its journal), so no other worker can serve it."""
+
+    kind = ErrorKind.UNAVAILABLE
+    code = "worker_unavailable"
+    retry_after = 1
 
 
 class UnsupportedMediaType(TitoError):
@@ -146,6 +160,11 @@ class EngineError(TitoError):
 class EngineUnreachable(EngineError):
     """The engine could not be reached or dropped the connection (a transport failure):
     an engine pool ejects it."""
+
+
+class EngineRefused(EngineUnreachable):
+    """No connection to the engine could be made (refused, no route, unknown host): the
+    request never left the gateway, so another engine may run it at once."""
 
 
 class EngineTimeout(EngineError):

@@ -7,7 +7,7 @@ from starlette.responses import Response
 
 from tito.server.anthropic.models import ERROR_BODY
 from tito.server.errors import TYPE as OPENAI_TYPE
-from tito.server.errors import status_of
+from tito.server.errors import retry_headers, status_of
 from tito.types.errors import ErrorKind, TitoError
 
 TYPE: dict[ErrorKind, str] = {
@@ -24,4 +24,5 @@ def error_response(exc: TitoError, status: int | None = None) -> Response:
     body = ERROR_BODY.dump({"type": "error", "error": {
         "type": TYPE.get(exc.kind, "invalid_request_error"),
         "message": f"[{exc.code}] {exc.message}"}})
-    return Response(body, status_code=status or status_of(exc), media_type="application/json")
+    return Response(body, status_code=status or status_of(exc), media_type="application/json",
+                    headers=retry_headers(exc))
