@@ -3,7 +3,10 @@ name their worker, clients that place sessions on them (real processes, the mock
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,14 +18,13 @@ import pytest
 from helpers.support import Proc, start_mock, start_tito, tokenizer_dir
 
 from tito.client.agent import generate
-from tito.client.tracer import SessionTracer
+from tito.client.tracer import SessionTracer, TracedSession
 from tito.launch import tito_command
 from tito.net import free_port_block
 from tito.types.placement import worker_of
 
 pytestmark = pytest.mark.slow  # starts four processes
-
-
+KEY = "sekrit-key"
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,7 @@ def test_workers_need_a_port_and_an_engine_server() -> None:
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
-def test_workers_stop_when_the_first_is_killed() -> None:
+def test_workers_stop_when_their_supervisor_is_killed() -> None:
     tokenizer = tokenizer_dir("qwen3")
     engine = start_mock(tokenizer, "qwen3")
     base = free_port_block(2)
@@ -140,17 +142,18 @@ def test_workers_stop_when_the_first_is_killed() -> None:
         parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer",
                             str(tokenizer), "--family", "qwen3", "--port", str(base),
                             "--workers", "2", timeout=180)
-        parent.process.kill()  # no chance to stop its workers itself
+        parent.process.kill()  # the supervisor: no chance to stop its workers itself
         parent.process.wait()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{base + 1}/health", timeout=1)
-            except httpx.HTTPError:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("worker 1 outlived the first worker")
+        for port in (base, base + 1):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                except httpx.HTTPError:
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"the worker on {port} outlived its supervisor")
     finally:
         engine.stop()
 
@@ -182,3 +185,124 @@ def test_a_restart_with_the_journal_resumes_every_workers_sessions(tmp_path: Any
 
 def client_for(url: str, sid: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/sessions/{sid}/v1", api_key="x", max_retries=0)
+
+
+async def keyed_say(base_url: str, prompt: list[dict[str, Any]],
+                    request_kwargs: dict[str, Any], metadata: dict[str, Any],
+                    **_: Any) -> None:
+    async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=KEY,
+                                  max_retries=0) as client:
+        await client.chat.completions.create(model="m", messages=prompt, **request_kwargs)
+
+
+def wait_for(check: Any, what: str, seconds: float = 60.0) -> Any:
+    """Poll ``check()`` until it returns something true (an AssertionError after
+    ``seconds``: a wait, not a timing assertion)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if got := check():
+                return got
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"waited {seconds:g}s for {what}")
+
+
+def health(url: str) -> dict[str, Any]:
+    resp = httpx.get(url + "/health", timeout=5)
+    assert resp.status_code == 200, resp.text  # degraded by a peer: still 200
+    return dict(resp.json())
+
+
+def worker_processes(supervisor: Proc) -> dict[int, tuple[int, str]]:
+    """The supervisor's workers by index: (pid, command line as ``ps`` shows it)."""
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(supervisor.pid)],
+                         capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        pid, args = line.strip().split(" ", 1)
+        argv = args.split()
+        assert "--worker-index" in argv, out
+        found[int(argv[argv.index("--worker-index") + 1])] = (int(pid), args)
+    return found
+
+
+def refused(url: str) -> bool:
+    try:
+        httpx.get(url + "/health", timeout=1)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+async def test_a_killed_worker_is_restarted_and_clients_go_around_it(tmp_path: Any) -> None:
+    """kill -9 of worker 1 while its supervisor is held (SIGSTOP, so the outage lasts):
+    worker 0 says degraded and answers 503 worker_unavailable for worker 1's sessions; the
+    tracer places every new session on worker 0 with no error and waits for the dead
+    worker's collection; once the supervisor runs again it restarts worker 1, whose
+    session comes back from its journal. No worker's command line holds the API key."""
+    tokenizer = tokenizer_dir("qwen3")
+    engine = start_mock(tokenizer, "qwen3")
+    base = free_port_block(2)
+    urls = [f"http://127.0.0.1:{base + i}" for i in range(2)]
+    auth = {"authorization": f"Bearer {KEY}"}
+    env = {k: v for k, v in os.environ.items() if k != "TITO_API_KEY"}
+    parent: Proc | None = None
+    try:
+        parent = start_tito("serve", "--engine-url", engine.url, "--tokenizer",
+                            str(tokenizer), "--family", "qwen3", "--port", str(base),
+                            "--workers", "2", "--journal", str(tmp_path / "j"),
+                            "--api-key", KEY, timeout=180, env=env)
+        procs = worker_processes(parent)
+        assert sorted(procs) == [0, 1]
+        for _, args in procs.values():  # what ps shows
+            assert KEY not in args and "--api-key" not in args
+        assert httpx.post(urls[1] + "/sessions").status_code == 401  # the key still holds
+        sid = httpx.post(urls[1] + "/sessions", headers=auth).json()["session_id"]
+        reply = openai.OpenAI(base_url=f"{urls[1]}/sessions/{sid}/v1", api_key=KEY,
+                              max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "SAY Kept."}])
+        assert reply.choices[0].message.content == "Kept."
+        wrong = httpx.get(f"{urls[0]}/sessions/{sid}", headers=auth)
+        assert wrong.status_code == 421 and wrong.json()["error"]["code"] == "wrong_worker"
+
+        os.kill(parent.pid, signal.SIGSTOP)  # the supervisor cannot restart it yet
+        try:
+            os.kill(procs[1][0], signal.SIGKILL)
+            wait_for(lambda: refused(urls[1]), "worker 1 to go")
+            state = health(urls[0])
+            assert state["status"] == "degraded" and state["engine"]["ok"] is True
+            assert [d["index"] for d in state["workers"]["down"]] == [1]
+            gone = httpx.get(f"{urls[0]}/sessions/{sid}", headers=auth)
+            assert gone.status_code == 503 and gone.headers["retry-after"] == "1"
+            assert gone.json()["error"]["code"] == "worker_unavailable"
+            assert str(base + 1) in gone.json()["error"]["message"]
+
+            async with SessionTracer(urls, api_key=KEY) as tracer:
+                for key in range(8):  # every key, also those hashed to worker 1
+                    samples = await generate(keyed_say,
+                                             [{"role": "user", "content": "SAY Around."}],
+                                             {"max_new_tokens": 16}, tracer=tracer,
+                                             index=key)
+                    assert samples[0].status == "completed", samples[0].metadata
+                kept = TracedSession(sid, f"{urls[1]}/sessions/{sid}")
+                collecting = asyncio.create_task(tracer.collect(kept))
+                await asyncio.sleep(1.0)  # it is waiting for worker 1
+                assert not collecting.done()
+                os.kill(parent.pid, signal.SIGCONT)
+                decoded = await collecting  # worker 1 is back, its session from the journal
+            assert decoded.samples[0].response.endswith("Kept.<|im_end|>")
+        finally:
+            os.kill(parent.pid, signal.SIGCONT)
+        assert health(urls[1])["sessions"] == 0  # collected, then deleted
+        wait_for(lambda: health(urls[0])["status"] == "ok", "worker 0 to see worker 1 back")
+        pid, args = worker_processes(parent)[1]
+        assert pid != procs[1][0] and KEY not in args
+        log = "\n".join(parent.lines)
+        assert "worker 1" in log and "restarting it, resuming from" in log
+        assert "is back on" in log
+    finally:
+        if parent is not None:
+            parent.stop()
+        engine.stop()
