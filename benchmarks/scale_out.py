@@ -128,7 +128,7 @@ def workers_row(args: argparse.Namespace, n: int) -> dict[str, Any]:
 
 
 def _children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (the workers the first worker started)."""
+    """The child processes of ``pid`` (the workers the supervisor started)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()

@@ -39,6 +39,8 @@ class Peers:
     down: dict[int, str] = field(default_factory=dict)
     """Index -> why, for each peer that did not accept a connection at the last check."""
     _task: asyncio.Task[None] | None = None
+    _seen: set[int] = field(default_factory=set)
+    """Peers that were up at some check."""
 
     def port(self, index: int) -> int:
         return self.base_port + index
@@ -56,13 +58,15 @@ class Peers:
         others = [i for i in range(self.count) if i != self.me]
         reasons = await asyncio.gather(*(self._reach(i) for i in others))
         for index, reason in zip(others, reasons, strict=True):
+            seen = index in self._seen  # (not logged while the workers first start)
             if reason is None:
-                if self.down.pop(index, None) is not None:
+                self._seen.add(index)
+                if self.down.pop(index, None) is not None and seen:
                     log.warning("worker %d (port %d) is back", index, self.port(index))
-            elif index not in self.down:
-                log.warning("worker %d (port %d) is down: %s", index, self.port(index), reason)
-                self.down[index] = reason
             else:
+                if index not in self.down and seen:
+                    log.warning("worker %d (port %d) is down: %s", index, self.port(index),
+                                reason)
                 self.down[index] = reason
 
     async def _reach(self, index: int) -> str | None:
