@@ -22,7 +22,13 @@ from aiohttp import web
 from tito.engines.sglang import SGLangEngine, parse_generate_response, sampling_payload
 from tito.net import bind_tcp, url_of
 from tito.types.engine import LOGPROB_TOLERANCE, SamplingParams
-from tito.types.errors import EngineError, EngineRejected, EngineTimeout, EngineUnreachable
+from tito.types.errors import (
+    EngineError,
+    EngineRefused,
+    EngineRejected,
+    EngineTimeout,
+    EngineUnreachable,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = REPO.parent / "shared" / "fixtures" / "tokenizers" / "smollm2"
@@ -404,8 +410,9 @@ async def test_connection_refused_is_an_engine_error() -> None:
     sock.close()  # nothing listens there any more
     with pytest.raises(EngineError, match="transport error") as info:
         await generate(url)
-    assert type(info.value) is EngineUnreachable and info.value.code == "engine_error"
-    assert info.value.__cause__ is not None
+    # nothing was sent: an engine pool moves the request at once (a single engine: 502)
+    assert type(info.value) is EngineRefused and info.value.code == "engine_error"
+    assert isinstance(info.value, EngineUnreachable) and info.value.__cause__ is not None
 
 
 async def test_timeout_is_an_engine_timeout(scripted: Any) -> None:
