@@ -38,6 +38,8 @@ within :data:`STABLE_S` seconds of its start (the last one repeats)."""
 STABLE_S = 60.0
 """A worker that ran this long before it died is restarted at once again."""
 START_TIMEOUT_S = 180.0
+STOP_WAIT_S = 5.0
+"""How long stopping waits for a restart under way to finish (and be stopped)."""
 SECRET_FLAG = "--api-key"
 
 
@@ -51,7 +53,7 @@ def without_api_key(argv: Sequence[str]) -> list[str]:
             skip = False
             continue
         name, eq, _ = arg.partition("=")
-        if len(name) > 4 and SECRET_FLAG.startswith(name):  # "--ap" at least
+        if len(name) >= 4 and SECRET_FLAG.startswith(name):  # "--a" is ambiguous
             skip = not eq
             continue
         out.append(arg)
@@ -95,6 +97,8 @@ class Supervisor:
     def start_all(self) -> None:
         """Start every worker in order; RuntimeError (the others stopped) if one fails."""
         for index in range(self.config.workers):
+            if self.stopping.is_set():  # a signal while they start
+                return
             try:
                 self.workers[index] = self.start(index)
             except Exception as exc:
@@ -155,8 +159,8 @@ class Supervisor:
     def stop(self) -> None:
         """Stop every worker (and any restart under way)."""
         self.stopping.set()
-        for thread in list(self._restarting.values()):
-            thread.join(START_TIMEOUT_S)
+        for thread in list(self._restarting.values()):  # a worker still starting that
+            thread.join(STOP_WAIT_S)  # outlives us sees its supervisor gone and stops
         running = [w for w in self.workers if w is not None and w.process.poll() is None]
         for worker in running:  # all at once: each gets its graceful shutdown in parallel
             worker.process.terminate()
@@ -179,6 +183,9 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
     except RuntimeError as exc:
         print(f"tito serve: {exc}", file=sys.stderr)
         return 2
+    if supervisor.stopping.is_set():
+        supervisor.stop()
+        return 0
     urls = [w.url for w in supervisor.workers if w is not None]
     print(f"tito serve listening on {urls[0]} (workers: {', '.join(urls)})", flush=True)
     try:
