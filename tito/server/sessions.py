@@ -12,8 +12,9 @@ from tito.config import PAUSE_MODES
 from tito.server.api import Api
 from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
-from tito.server.http import check_depth, int_query, json_response, read_body, read_json
-from tito.server.samples import samples_payload, stored_sizes
+from tito.server.http import int_query, json_response, read_body, read_json
+from tito.server.samples import samples_payload, samples_query, stored_sizes
+from tito.server.serving import read_turn_body
 from tito.session import TurnSession
 from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
@@ -159,26 +160,14 @@ async def delete_session(gateway: Gateway, request: Request) -> Response:
 
 
 async def samples(gateway: Gateway, request: Request) -> Response:
+    """The session's samples (design §6); a body over ``OFFLOAD_BYTES`` (a big
+    ``metadata``) is decoded and checked in the worker pool, as the samples are built."""
     session = gateway.session(request.path_params["session_id"])
-    data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
-    if not isinstance(data, dict):
-        raise BadRequest("samples body must be a JSON object")
-    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
-    if unknown:
-        raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
-    max_seq_len = data.get("max_seq_len")
-    if max_seq_len is not None and (not isinstance(max_seq_len, int)
-                                    or isinstance(max_seq_len, bool) or max_seq_len < 1):
-        raise BadRequest("max_seq_len must be a positive integer or null")
-    metadata = data.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadRequest("metadata must be an object")
-    check_depth(data, gateway.config.max_json_depth)
-    include_response = data.get("include_response", True)
-    if not isinstance(include_response, bool):
-        raise BadRequest("include_response must be true or false")
-    payload = await samples_payload(gateway, session, max_seq_len, metadata,
-                                    include_response=include_response)
+    depth = gateway.config.max_json_depth
+    _, _, query = await read_turn_body(gateway, request,
+                                       lambda raw: samples_query(raw, max_depth=depth))
+    payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
+                                    include_response=query.include_response)
     return Response(payload, media_type="application/octet-stream")
 
 
