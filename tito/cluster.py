@@ -21,11 +21,13 @@ import asyncio
 import collections
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -39,6 +41,13 @@ from tito.config import ServerConfig
 
 log = logging.getLogger("tito.rollout.ray")
 
+LOCAL_NODE_IP = "127.0.0.1"
+"""The address of the one-node cluster ``--ray local`` starts: its raylet, object store
+and gateway stay on loopback (Ray would otherwise advertise the machine's own address)."""
+RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray reads this once, when imported: ``0`` keeps a node started on 127.0.0.1 there (by
+default Ray swaps 127.0.0.1 for the machine's address); it also refuses ``ray start`` of
+more nodes, which a one-node cluster never needs."""
 MAX_ATTEMPTS = 3
 """A trajectory whose node (or gateway) is lost is run again, at most this many runs."""
 HEALTH_TIMEOUT = 5.0
@@ -52,7 +61,11 @@ class GatewayLost(RuntimeError):
     """A runner's gateway stopped answering: its trajectory is to be run elsewhere."""
 
 
-def import_ray() -> Any:
+def import_ray(*, loopback: bool = False) -> Any:
+    """``ray``; ``loopback``: nodes this process starts stay on :data:`LOCAL_NODE_IP`
+    (when Ray is not imported yet: see :data:`RAY_LOOPBACK_ENV`)."""
+    if loopback and "ray" not in sys.modules:
+        os.environ.setdefault(RAY_LOOPBACK_ENV, "0")
     try:
         import ray
     except ImportError:
@@ -183,8 +196,8 @@ class RayRolloutDriver:
     """:class:`tito.client.rollout.RolloutDriver`'s interface, over a Ray cluster.
 
     ``address``: what ``ray.init`` takes (``auto``, ``HOST:PORT``, ``ray://...``), or
-    ``local`` to start a one-node cluster in this process. ``gateways``: external gateway
-    URLs; None: one gateway per node from ``config``.
+    ``local`` to start a one-node cluster in this process (on :data:`LOCAL_NODE_IP`).
+    ``gateways``: external gateway URLs; None: one gateway per node from ``config``.
     """
 
     def __init__(self, address: str, agent_spec: str, prompts: list[PromptItem],
@@ -215,7 +228,9 @@ class RayRolloutDriver:
 
     @property
     def description(self) -> str:
-        where = "external gateways" if self.gateways else "a gateway per node"
+        hosts = sorted({urlsplit(n.url).hostname or "?" for n in self.nodes.values() if n.url})
+        where = "external gateways" if self.gateways else "a gateway per node" + (
+            f" (on {', '.join(hosts)})" if hosts else "")
         return f"Ray cluster {self.address}: {len(self.nodes)} node(s), {where}"
 
     def interrupt(self) -> None:
@@ -226,15 +241,15 @@ class RayRolloutDriver:
 
     async def connect(self) -> None:
         """Join (or start) the cluster and start the actors on every alive node."""
-        ray = self._ray = import_ray()
+        local = self.address == "local"
+        ray = self._ray = import_ray(loopback=local)
         env = {"env_vars": {k: v for k, v in os.environ.items()
                             if k in ("TITO_API_KEY", "HF_HUB_OFFLINE", "PYTHONPATH")}}
         kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
                                   "runtime_env": env}
-        if self.address == "local":
-            kwargs["include_dashboard"] = False
-        else:
-            kwargs["address"] = self.address
+        kwargs["address"] = self.address  # local: a new cluster, even beside another one
+        if local:
+            kwargs.update(include_dashboard=False, _node_ip_address=LOCAL_NODE_IP)
         await _check_reachable(self.address)
         try:
             ray.init(**kwargs)  # in this thread: Ray installs its signal handlers here

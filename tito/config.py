@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tito.types.errors import ConfigError
+from tito.types.origins import bad_origin
 from tito.types.placement import MAX_WORKERS
 
 log = logging.getLogger("tito.config")
@@ -84,6 +85,9 @@ class ServerConfig:
     """Required as ``Authorization: Bearer KEY`` on every route but ``/health``."""
     allowed_hosts: tuple[str, ...] | None = None
     """``Host`` names served (``*``: any); None: loopback names and ``host``."""
+    allowed_origins: tuple[str, ...] | None = None
+    """Origins (``scheme://host[:port]``) a browser's request may come from besides the
+    gateway's own (``*``: any); None: only its own."""
     access_log: bool = False
     """One log line per HTTP request (uvicorn's access log)."""
     ui: bool = True
@@ -207,6 +211,9 @@ RULES: tuple[Rule, ...] = (
     Rule("tokenizer_unused", lambda c: c.engine == "embedded" and bool(c.tokenizer),
          lambda c: "--tokenizer is not used with --engine embedded (the embedded model "
                    "brings its own tokenizer)"),
+    Rule("allowed_origins", lambda c: bad_origin(c.allowed_origins) is not None,
+         lambda c: f"--allowed-origins {bad_origin(c.allowed_origins)!r} is not an origin; "
+                   "give scheme://host[:port] (http or https) or '*'"),
     Rule("pause_mode", lambda c: c.pause_generation_mode not in PAUSE_MODES,
          lambda c: f"--pause-generation-mode {c.pause_generation_mode!r} is not a pause mode; "
                    f"use one of {', '.join(PAUSE_MODES)}"),

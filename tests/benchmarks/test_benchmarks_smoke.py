@@ -59,6 +59,14 @@ def test_gateway_inprocess_tiny(tmp_path: Path) -> None:
         assert label in out, label
 
 
+def test_loop_stall_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("loop_stall.py", "--words", "2000", "--rows", "200", "--repeat", "1",
+                        tmp_path=tmp_path)
+    assert "event-loop stalls" in out
+    for label in ("count_tokens", "samples", "longest /health wait"):
+        assert label in out, label
+
+
 def test_prompt_json_tiny(tmp_path: Path) -> None:
     out = run_benchmark("prompt_json.py", "--sessions", "2", "--turns", "3", "5",
                         "--rounds", "1", tmp_path=tmp_path, tokenizer=False)

@@ -24,6 +24,8 @@ from tito.cli import main
       "--message-matcher", "nope"], "unknown message matcher 'nope'"),
     (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
       "--message-matcher", "tito_no_such:fn"], "cannot load message matcher"),
+    (["--engine-url", "http://x", "--tokenizer", ".", "--allowed-origins", "*,ftp://x"],
+     "--allowed-origins 'ftp://x' is not an origin"),
     (["--engine-url", "http://x", "--tokenizer", ".", "--max-nodes", "8"],
      "--max-nodes is a v2 option"),
     (["--engine-url", "http://x", "--tokenizer", ".", "--sample-picker", "a.b"],

@@ -98,6 +98,9 @@ async def test_a_file_shows_what_the_gateway_showed(client: httpx.AsyncClient,
         assert (await view.get("/ui/", headers={"host": "evil.example"})).status_code == 400
         assert (await view.get("/ui/api/sessions",
                                headers={"origin": "https://evil.example"})).status_code == 403
+        for origin, status in (("http://127.0.0.1", 200), ("http://127.0.0.1:8080", 403)):
+            assert (await view.get("/ui/api/sessions", headers={"origin": origin})
+                    ).status_code == status  # its own origin only: another port is another
         assert (await view.get("/ui/")).headers["content-type"].startswith("text/html")
         assert (await view.get("/health")).json()["status"] == "ok"
         assert (await view.get("/")).headers["location"] == "/ui/"

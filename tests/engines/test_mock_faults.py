@@ -31,6 +31,7 @@ Serve = Callable[..., Awaitable[str]]
     ("bad_logprob", Fault("bad_logprob")), ("bad_logprob:nan", Fault("bad_logprob", "nan")),
     ("http_500", Fault("http_500")), ("http_500 503", Fault("http_500", "503")),
     ("slow:2.5", Fault("slow", "2.5")), (" slow  0 ", Fault("slow", "0")),
+    ("empty", Fault("empty")),
 ])
 def test_parse_fault(spec: str, fault: Fault) -> None:
     assert parse_fault(spec) == fault
@@ -42,13 +43,13 @@ def test_fault_defaults() -> None:
     assert parse_fault("http_500").status == 500 and parse_fault("http_500:503").status == 503
     assert parse_fault("bad_logprob").logprob == 1e300
     assert set(FAULT_MODES) == {"reset", "malformed_json", "wrong_types", "bad_ids",
-                                "bad_logprob", "http_500", "slow"}
+                                "bad_logprob", "http_500", "slow", "empty"}
 
 
 @pytest.mark.parametrize("spec", ["", "boom", "RESET", "reset:now", "malformed_json:1",
                                   "wrong_types x", "bad_ids:big", "bad_logprob:high",
                                   "http_500:404", "http_500:abc", "slow:-1", "slow:inf",
-                                  "slow:soon"])
+                                  "slow:soon", "empty:1"])
 def test_parse_fault_rejects(spec: str) -> None:
     with pytest.raises(ValueError, match="fault"):
         parse_fault(spec)
@@ -127,6 +128,15 @@ async def test_wire_wrong_types(wire: Any) -> None:
     data = orjson.loads(raw)
     assert status == 200 and isinstance(data["meta_info"], list)
     assert data["meta_info"][0]["finish_reason"]["type"] == "length"  # 8 tokens
+
+
+async def test_wire_empty_keeps_the_stop(wire: Any) -> None:
+    status, raw, _ = await wire("FAULT empty\nSAY hi")
+    data = orjson.loads(raw)
+    meta = data["meta_info"]
+    assert status == 200 and meta["finish_reason"]["type"] == "stop"
+    assert data["output_ids"] == [] and meta["output_token_logprobs"] == []
+    assert meta["completion_tokens"] == 0 and data["text"] == ""
 
 
 @pytest.mark.parametrize(("directive", "bad"), [("FAULT bad_ids", -1),

@@ -48,6 +48,7 @@ FAULTS = {
     "bad_ids:vocab": (502, "engine_protocol_error"),
     "bad_logprob": (502, "engine_protocol_error"),
     "bad_logprob:nan": (502, "engine_protocol_error"),
+    "empty": (502, "engine_protocol_error"),
     "http_500": (502, "engine_error"),
     "slow:2": (504, "engine_timeout"),
 }

@@ -1,8 +1,11 @@
 """The entry: access rules (API key, Host allow-list, cross-origin refusal, JSON-only
-bodies) and turn routes served without the router."""
+bodies) and turn routes served without the router. The Origin rule is tested over a real
+socket (the Host header is the one an HTTP client sends)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,7 +14,9 @@ import pytest
 from helpers.inproc import asgi_client
 
 from tito import CollectError
+from tito.net import AppServer, bind_tcp
 from tito.samples import decode_samples
+from tito.server.app import create_app
 
 KEY = "s3cret-key"
 
@@ -56,8 +61,6 @@ async def test_api_key_is_required_everywhere_but_health(make_gateway: Any) -> N
 async def test_tracer_sends_the_key(make_gateway: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over a real socket: the tracer reads $TITO_API_KEY (or takes api_key=)."""
     from tito import SessionTracer
-    from tito.net import AppServer, bind_tcp
-    from tito.server.app import create_app
 
     server = AppServer(create_app(make_gateway(api_key=KEY)), bind_tcp("127.0.0.1", 0))
     await server.start()
@@ -95,12 +98,61 @@ async def test_allowed_hosts_option(make_gateway: Any) -> None:
         assert (await http.get("/health", headers={"host": "anything"})).status_code == 200
 
 
+@contextlib.asynccontextmanager
+async def serving(make_gateway: Any, **config: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the gateway served over a real socket on 127.0.0.1."""
+    server = AppServer(create_app(make_gateway(**config)), bind_tcp("127.0.0.1", 0))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            yield http
+    finally:
+        await server.stop()
+
+
+async def origin_status(http: httpx.AsyncClient, origin: str, host: str | None = None
+                        ) -> int:
+    headers = {"origin": origin} if host is None else {"origin": origin, "host": host}
+    resp = await http.post("/sessions", headers=headers)
+    if resp.status_code == 403:
+        assert resp.json()["error"]["code"] == "cross_origin"
+    return resp.status_code
+
+
 async def test_cross_origin_browser_requests_are_refused(make_gateway: Any) -> None:
-    async with client(make_gateway) as http:
-        resp = await http.post("/sessions", headers={"origin": "https://evil.example"})
-        assert resp.status_code == 403 and resp.json()["error"]["code"] == "cross_origin"
-        same = await http.post("/sessions", headers={"origin": "http://127.0.0.1:8000"})
-        assert same.status_code == 200
+    """Only the gateway's own origin (scheme, host and port of its Host) by default."""
+    async with serving(make_gateway) as http:
+        port = http.base_url.port
+        assert await origin_status(http, f"http://127.0.0.1:{port}") == 200
+        assert await origin_status(http, f"HTTP://127.0.0.1:{port}") == 200
+        for other in ("https://evil.example", f"http://127.0.0.1:{port + 1}",
+                      "http://127.0.0.1", f"https://127.0.0.1:{port}",
+                      f"http://localhost:{port}", "null"):
+            assert await origin_status(http, other) == 403, other
+        # as reached through another allowed name, its origin is that name's
+        assert await origin_status(http, f"http://localhost:{port}",
+                                   host=f"localhost:{port}") == 200
+
+
+async def test_any_host_keeps_the_origin_check(make_gateway: Any) -> None:
+    async with serving(make_gateway, allowed_hosts=("*",)) as http:
+        port = http.base_url.port
+        assert await origin_status(http, "https://evil.example") == 403
+        assert await origin_status(http, f"http://127.0.0.1:{port + 1}") == 403
+        assert await origin_status(http, "http://gpu-node-7:8000",
+                                   host="gpu-node-7:8000") == 200
+
+
+async def test_allowed_origins_option(make_gateway: Any) -> None:
+    async with serving(make_gateway, allowed_origins=("http://localhost:3000",)) as http:
+        port = http.base_url.port
+        assert await origin_status(http, "http://localhost:3000") == 200
+        assert await origin_status(http, "http://localhost:3001") == 403
+        assert await origin_status(http, f"http://127.0.0.1:{port}") == 200  # its own
+    async with serving(make_gateway, allowed_origins=("*",)) as http:
+        assert await origin_status(http, "https://evil.example") == 200
+        assert (await http.post("/sessions", headers={"host": "evil.example"})
+                ).status_code == 400  # the Host rule is its own
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",

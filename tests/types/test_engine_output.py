@@ -1,10 +1,13 @@
-"""Engine logprobs are stored compactly only when that loses nothing."""
+"""Engine output checks: logprobs are stored compactly only when that loses nothing; a
+``stop`` with no output ids is refused."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from tito.types.engine import GenerateResult, check_output
+from tito.types.engine import FinishReason, GenerateResult, check_output
+from tito.types.errors import EngineError
 
 
 def test_float32_exact_values_are_stored_as_float32() -> None:
@@ -18,3 +21,16 @@ def test_other_values_keep_float64() -> None:
     values = [-0.1, -0.5]  # -0.1 is not a float32 value
     out = check_output(GenerateResult([1, 2], values, "stop"), vocab_size=10)
     assert out.logprobs.dtype == np.float64 and out.logprobs.tolist() == values
+
+
+def test_a_stop_with_no_output_ids_is_a_protocol_error() -> None:
+    with pytest.raises(EngineError) as info:
+        check_output(GenerateResult([], [], "stop", matched_stop=2), vocab_size=10)
+    assert info.value.code == "engine_protocol_error"
+    assert "stop with no output ids" in str(info.value)
+
+
+@pytest.mark.parametrize("finish", ["length", "abort"])
+def test_other_finishes_may_have_no_output_ids(finish: FinishReason) -> None:
+    out = check_output(GenerateResult([], [], finish), vocab_size=10)
+    assert len(out.ids) == 0 and len(out.logprobs) == 0

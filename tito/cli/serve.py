@@ -96,6 +96,10 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-hosts", default=None, metavar="H1,H2",
                    help="Host header names served, comma-separated ('*': any); default: "
                         "127.0.0.1, localhost, ::1 and --host")
+    p.add_argument("--allowed-origins", default=None, metavar="O1,O2",
+                   help="origins (scheme://host[:port]) a browser's request may come from "
+                        "besides the gateway's own, comma-separated ('*': any); default: "
+                        "only its own (same scheme, host and port)")
     p.add_argument("--access-log", action="store_true",
                    help="log one line per HTTP request (method, path, status)")
     p.add_argument("--no-ui", action="store_true",
@@ -189,6 +193,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         journal=args.journal, api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
         allowed_hosts=None if args.allowed_hosts is None else
         tuple(args.allowed_hosts.split(",")),
+        allowed_origins=None if args.allowed_origins is None else
+        tuple(args.allowed_origins.split(",")),
         log_level=args.log_level,
     )
 

@@ -3,8 +3,11 @@ this order, before any route runs.
 
 1. ``Host`` must name this server (``--allowed-hosts``; loopback names and ``--host`` by
    default): a DNS-rebinding page cannot reach a gateway on 127.0.0.1 — 400 otherwise.
-2. A request carrying ``Origin`` (a browser) must come from an allowed host: a web page of
-   another origin cannot create sessions or post turns — 403 otherwise.
+2. A request carrying ``Origin`` (a browser) must come from this server's own origin
+   (scheme, host and port of the request's ``Host``) or one of ``--allowed-origins``: a
+   web page of another origin, another port of the same host included, cannot create
+   sessions or post turns — 403 otherwise. Independent of rule 1 (``--allowed-hosts '*'``
+   keeps it); ``--allowed-origins '*'`` turns it off.
 3. With ``--api-key`` (or ``TITO_API_KEY``), every route but ``GET /health`` needs
    ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``) — 401 otherwise; a
    GET/HEAD to the viewer (``/ui``) may carry it in the ``tito_api_key`` cookie instead
@@ -33,6 +36,7 @@ from tito.types.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from tito.types.origins import origin_set, parse_origin
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -49,6 +53,29 @@ def allowed_host_names(configured: Iterable[str] | None, bind_host: str) -> froz
     return frozenset(names)
 
 
+class OriginRule:
+    """Rule 2: the ``Origin`` of a browser's request must be the request's own (the
+    scheme it came in with, the host and port of its ``Host`` header) or a listed one."""
+
+    def __init__(self, configured: Iterable[str] | None = None) -> None:
+        self.listed = origin_set(configured)
+
+    def allows(self, origin: bytes, host: bytes, scheme: str) -> bool:
+        if self.listed is None:
+            return True
+        theirs = parse_origin(origin.decode("latin-1"))
+        if theirs is None:
+            return False
+        own = parse_origin(f"{scheme}://{host.decode('latin-1')}")  # passed rule 1
+        return theirs == own or theirs in self.listed
+
+    @staticmethod
+    def refused() -> Forbidden:
+        return Forbidden("cross-origin requests are refused (the Origin header names "
+                         "another site, or another port; --allowed-origins lists others)",
+                         code="cross_origin")
+
+
 def _has_body(headers: dict[bytes, bytes]) -> bool:
     length = headers.get(b"content-length")
     if length is not None:
@@ -62,11 +89,13 @@ def _host_name(value: str) -> str:
 
 
 class AccessRules:
-    """The four rules of one gateway (its ``--allowed-hosts``, ``--host`` and ``--api-key``)."""
+    """The four rules of one gateway (its ``--allowed-hosts``, ``--host``,
+    ``--allowed-origins`` and ``--api-key``)."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.hosts = allowed_host_names(config.allowed_hosts, config.host)
         self.any_host = "*" in self.hosts
+        self.origins = OriginRule(config.allowed_origins)
         self.key = f"Bearer {config.api_key}".encode() if config.api_key else None
         self.raw_key = config.api_key.encode() if config.api_key else None
         self._host_allowed: dict[bytes, bool] = {}
@@ -88,10 +117,9 @@ class AccessRules:
             return BadRequest(f"host {host.decode('latin-1')!r} is not allowed "
                               "(--allowed-hosts)", code="host_not_allowed")
         origin = headers.get(b"origin")
-        if origin is not None and not self.any_host and \
-                _host_name(urlsplit(origin.decode("latin-1")).netloc) not in self.hosts:
-            return Forbidden("cross-origin requests are refused (the Origin header names "
-                             "another site)", code="cross_origin")
+        if origin is not None and not self.origins.allows(origin, host,
+                                                              scope.get("scheme", "http")):
+            return self.origins.refused()
         if self.key is not None and scope["path"] not in _OPEN_PATHS and \
                 not self._authorized(scope, headers):
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY' "

@@ -9,15 +9,50 @@ meanwhile) is not in the samples, and the session metadata says ``turn_in_progre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tito.samples import encode_samples
 from tito.samples.sample import Sample
+from tito.server.http import check_depth, decode_json
 from tito.session import Session
 from tito.session.collect import Collection, CollectSettings
+from tito.types.errors import BadRequest
 
 if TYPE_CHECKING:
     from tito.server.gateway import Gateway
+
+
+@dataclass(frozen=True, slots=True)
+class SamplesQuery:
+    """What a samples request body asks for."""
+
+    max_seq_len: int | None = None
+    metadata: dict[str, Any] | None = None
+    include_response: bool = True
+
+
+def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
+    """The samples request body (empty: the defaults), checked; a bad one is a 400. Pure
+    (a big ``metadata`` is decoded and walked in the worker pool)."""
+    data = decode_json(raw, allow_empty=True)
+    if not isinstance(data, dict):
+        raise BadRequest("samples body must be a JSON object")
+    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
+    if unknown:
+        raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
+    max_seq_len = data.get("max_seq_len")
+    if max_seq_len is not None and (not isinstance(max_seq_len, int)
+                                    or isinstance(max_seq_len, bool) or max_seq_len < 1):
+        raise BadRequest("max_seq_len must be a positive integer or null")
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest("metadata must be an object")
+    check_depth(data, max_depth)
+    include_response = data.get("include_response", True)
+    if not isinstance(include_response, bool):
+        raise BadRequest("include_response must be true or false")
+    return SamplesQuery(max_seq_len, metadata, include_response)
 
 
 def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,

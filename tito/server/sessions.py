@@ -12,14 +12,20 @@ from tito.config import PAUSE_MODES
 from tito.server.api import Api
 from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
-from tito.server.http import check_depth, int_query, json_response, read_body, read_json
-from tito.server.samples import samples_payload, stored_sizes
+from tito.server.http import int_query, json_response, read_body, read_json
+from tito.server.samples import samples_payload, samples_query, stored_sizes
+from tito.server.serving import read_turn_body
 from tito.session import TurnSession
 from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
 from tito.types.records import TurnRecord
 
 MAX_PAGE = 1000
+CONTROL_BODY_BYTES = 64 * 1024
+"""Largest body of an engine control route (``/pause``, ``/continue``,
+``/update_weight_version``): theirs are a few bytes (413 above)."""
+MAX_WEIGHT_VERSION_CHARS = 256
+"""Longest ``new_version``: every later turn's record and sample carries it."""
 PAGE_ID_BUDGET = 65_536
 """With ``include_ids``, a page stops before its records' ids exceed this many tokens
 (at least one record is always returned), so no reply grows to many megabytes."""
@@ -165,32 +171,20 @@ async def delete_session(gateway: Gateway, request: Request) -> Response:
 
 
 async def samples(gateway: Gateway, request: Request) -> Response:
+    """The session's samples (design §6); a body over ``OFFLOAD_BYTES`` (a big
+    ``metadata``) is decoded and checked in the worker pool, as the samples are built."""
     session = gateway.session(request.path_params["session_id"])
-    data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
-    if not isinstance(data, dict):
-        raise BadRequest("samples body must be a JSON object")
-    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
-    if unknown:
-        raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
-    max_seq_len = data.get("max_seq_len")
-    if max_seq_len is not None and (not isinstance(max_seq_len, int)
-                                    or isinstance(max_seq_len, bool) or max_seq_len < 1):
-        raise BadRequest("max_seq_len must be a positive integer or null")
-    metadata = data.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadRequest("metadata must be an object")
-    check_depth(data, gateway.config.max_json_depth)
-    include_response = data.get("include_response", True)
-    if not isinstance(include_response, bool):
-        raise BadRequest("include_response must be true or false")
-    payload = await samples_payload(gateway, session, max_seq_len, metadata,
-                                    include_response=include_response)
+    depth = gateway.config.max_json_depth
+    _, _, query = await read_turn_body(gateway, request,
+                                       lambda raw: samples_query(raw, max_depth=depth))
+    payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
+                                    include_response=query.include_response)
     return Response(payload, media_type="application/octet-stream")
 
 
 async def pause(gateway: Gateway, request: Request) -> Response:
     """Pause the engine (SGLang's ``/pause_generation``); new turns are held meanwhile."""
-    data = await read_json(request, gateway.config.max_body_bytes, allow_empty=True)
+    data = await read_json(request, _control_limit(gateway), allow_empty=True)
     if not isinstance(data, dict) or set(data) - {"mode"}:
         raise BadRequest('pause body must be {"mode": "retract" | "abort" | "in_place"} or '
                          "empty (the --pause-generation-mode)")
@@ -203,19 +197,30 @@ async def pause(gateway: Gateway, request: Request) -> Response:
 
 async def resume(gateway: Gateway, request: Request) -> Response:
     """Continue generation (SGLang's ``/continue_generation``); held turns proceed."""
-    await read_body(request, gateway.config.max_body_bytes)  # SGLang's options: ignored
+    await read_body(request, _control_limit(gateway))  # SGLang's options: ignored
     await gateway.control.resume()
     return json_response({"status": "ok", "paused": False})
 
 
 async def update_weight_version(gateway: Gateway, request: Request) -> Response:
-    """Forward ``{"new_version": str}`` to the engine: later turns record that version."""
-    data = await read_json(request, gateway.config.max_body_bytes)
+    """Forward ``{"new_version": str}`` to the engine: later turns record that version
+    (at most :data:`MAX_WEIGHT_VERSION_CHARS` printable characters)."""
+    data = await read_json(request, _control_limit(gateway))
     version = data.get("new_version") if isinstance(data, dict) else None
     if not isinstance(version, str) or not version:
         raise BadRequest('update_weight_version body must be {"new_version": "<version>"}')
+    if len(version) > MAX_WEIGHT_VERSION_CHARS:
+        raise BadRequest(f"new_version has {len(version)} characters, over the limit of "
+                         f"{MAX_WEIGHT_VERSION_CHARS}")
+    if not version.isprintable():
+        raise BadRequest("new_version has a control character (a version is printable "
+                         "text: every record and sample carries it)")
     await gateway.control.update_weight_version(version)
     return json_response({"success": True, "new_version": version})
+
+
+def _control_limit(gateway: Gateway) -> int:
+    return min(CONTROL_BODY_BYTES, gateway.config.max_body_bytes)
 
 
 async def unknown_session_route(gateway: Gateway, request: Request) -> Response:

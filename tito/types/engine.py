@@ -264,10 +264,15 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
 
     Raises :class:`EngineError` ``engine_protocol_error`` naming the first bad entry: an id
     that is not an integer or not in the vocabulary, a logprob that is not finite or
-    above 0. The common case is a few C-level passes over the lists (microseconds); only a
-    failing check walks the entries to name the culprit.
+    above 0; or a ``stop`` with no output ids (a stop always ends on a generated id, the
+    EOS/stop token or the one completing a stop string: committing nothing would leave
+    the session without its closing token). The common case is a few C-level passes over
+    the lists (microseconds); only a failing check walks the entries to name the culprit.
     """
     ids, logprobs = result.output_ids, result.logprobs
+    if result.finish_reason == "stop" and not len(ids):
+        raise _protocol("finish_reason stop with no output ids (a stop ends on the stop "
+                        "token the engine generated, which output_ids must include)")
     checked = result.checked
     if checked is not None and len(checked.ids) == len(ids):
         if ids and max(ids) >= vocab_size:

@@ -18,14 +18,17 @@ Modes (the rest of the reply stays SGLang's wire format):
   ``bad_ids:vocab``: it is the vocabulary size (one past the last id);
 - ``bad_logprob[:X]``: the first output logprob is X (default ``1e300``; ``nan`` and
   ``inf`` go out as ``null``, as SGLang's orjson writes them);
+- ``empty``: no output ids (nor logprob entries), the finish reason kept (a ``stop``
+  with nothing generated: a real engine always sends the stop token);
 - ``http_500[:STATUS]``: HTTP 500 (or STATUS, 500-599) with the body SGLang's FastAPI
   server gives an aborted request, ``{"detail": "<message>"}``;
 - ``slow[:S]``: sleep S seconds (default 1) before answering; a client that goes away
   meanwhile aborts the request.
 
-Several faults combine: the ``slow`` delays add up, ``bad_ids``, ``bad_logprob`` and
-``wrong_types`` all apply, and of ``reset``, ``http_500``, ``malformed_json`` the first in
-that order decides how the reply goes out (:mod:`tito.engines.mock.faulty`).
+Several faults combine: the ``slow`` delays add up, ``empty``, ``bad_ids``,
+``bad_logprob`` and ``wrong_types`` all apply (in that order), and of ``reset``,
+``http_500``, ``malformed_json`` the first in that order decides how the reply goes out
+(:mod:`tito.engines.mock.faulty`).
 
 This module is pure (parsing, the result-object changes); no I/O.
 """
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FAULT_MODES = ("reset", "malformed_json", "wrong_types", "bad_ids", "bad_logprob",
-               "http_500", "slow")
+               "http_500", "slow", "empty")
 TERMINAL_MODES = ("reset", "http_500", "malformed_json")
 """Modes that decide how the reply goes out, by precedence."""
 
@@ -86,7 +89,7 @@ def _arg_ok(mode: str, arg: str | None) -> bool:
         return arg.isdigit() and 500 <= int(arg) <= 599
     if mode == "slow":
         return _number(arg) and 0.0 <= float(arg) < math.inf
-    return False  # malformed_json, wrong_types take no argument
+    return False  # malformed_json, wrong_types, empty take no argument
 
 
 def parse_fault(spec: str) -> Fault:
@@ -131,6 +134,16 @@ def _bad_id(result: dict[str, Any], tok: int) -> None:
         meta["output_token_logprobs_length"] = len(rows)
 
 
+def _empty(result: dict[str, Any]) -> None:
+    meta = result["meta_info"]
+    result["output_ids"] = []
+    result["text"] = ""
+    meta["completion_tokens"] = 0
+    if isinstance(meta.get("output_token_logprobs"), list):
+        meta["output_token_logprobs"] = []
+        meta["output_token_logprobs_length"] = 0
+
+
 def _bad_logprob(result: dict[str, Any], value: float) -> None:
     rows = result["meta_info"].get("output_token_logprobs")
     if rows:
@@ -139,6 +152,8 @@ def _bad_logprob(result: dict[str, Any], value: float) -> None:
 
 def corrupt(result: dict[str, Any], faults: Sequence[Fault], *, vocab_size: int) -> None:
     """Apply the reply-changing faults to a ``/generate`` result object, in place."""
+    if any(f.mode == "empty" for f in faults):
+        _empty(result)
     for fault in faults:
         if fault.mode == "bad_ids":
             _bad_id(result, vocab_size if fault.arg == "vocab" else -1)

@@ -10,8 +10,8 @@ as the Messages API's stream events (:mod:`tito.server.anthropic.events`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,9 +35,10 @@ from tito.server.anthropic.models import (
     parse_request,
 )
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import read_json
-from tito.server.serving import TurnStream
+from tito.server.http import decode_json
+from tito.server.serving import TurnStream, read_turn_body
 from tito.server.unsupported import NOTE_HOSTED_TOOLS, warn_hosted_once
+from tito.session import Session
 from tito.types.messages import TurnRequest
 
 JSON = "application/json"
@@ -80,19 +81,42 @@ class Messages:
 async def count_tokens(gateway: Gateway, request: Request) -> Response:
     """The prompt length the same request would have as the session's next turn (planned
     as a turn is, in the agent context its headers name or it would be routed to, then
-    released: nothing is stored)."""
+    released: nothing is stored). A body over ``OFFLOAD_BYTES`` is decoded and rendered in
+    the worker pool, as a turn's is: the context is claimed on the loop meanwhile."""
     agent = agent_ref(request.scope["headers"])
     session = gateway.session(request.path_params["session_id"])
-    data: Any = await read_json(request, gateway.config.max_body_bytes)
-    req = parse_request(data, CountTokensRequest, max_depth=gateway.config.max_json_depth)
+    _, offload, turn = await read_turn_body(
+        gateway, request, lambda raw: _count_request(gateway, raw))
+    turn.agent = agent
+    count = await _planned_length(gateway, session, turn, offload)
+    return Response(TOKEN_COUNT.dump({"input_tokens": count}), media_type=JSON)
+
+
+def _count_request(gateway: Gateway, raw: bytes) -> TurnRequest:
+    """A count_tokens body as the turn it would be (pure: runs in the worker pool)."""
     config = gateway.config
+    req = parse_request(decode_json(raw), CountTokensRequest, max_depth=config.max_json_depth)
     turn = turn_request(req, gateway.renderer, images=config.images,
                         hosted_tools=config.hosted_tools)
-    turn.agent = agent
     turn.structured = output_schema(req) is not None
-    plan = session.plan(turn)
+    return turn
+
+
+async def _planned_length(gateway: Gateway, session: Session, turn: TurnRequest,
+                          offload: bool) -> int:
+    """The prompt length of ``turn`` planned in ``session`` (claimed and released on the
+    loop; ``offload``: planned in the worker pool, the claim held until the worker is done
+    even when the request is cancelled, so no turn changes the session it reads)."""
+    session.begin(turn)
     try:
-        count = len(plan.prompt_ids)
+        if not offload:
+            return len(session.prepare(turn).prompt_ids)
+        planning = asyncio.ensure_future(gateway.offload(session.prepare, turn))
+        try:
+            plan = await asyncio.shield(planning)
+        except asyncio.CancelledError:
+            await asyncio.wait([planning])
+            raise
+        return len(plan.prompt_ids)
     finally:
-        session.release(plan)
-    return Response(TOKEN_COUNT.dump({"input_tokens": count}), media_type=JSON)
+        session.release(request=turn)

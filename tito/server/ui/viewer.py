@@ -16,10 +16,10 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tito.server.access import allowed_host_names
+from tito.server.access import OriginRule, allowed_host_names
 from tito.server.errors import error_response, status_of
 from tito.server.ui.routes import ROUTES, Handler, Source
-from tito.types.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound, TitoError
+from tito.types.errors import BadRequest, MethodNotAllowed, NotFound, TitoError
 
 log = logging.getLogger("tito.view")
 
@@ -29,11 +29,13 @@ def _host(value: str) -> str:
 
 
 class HostCheck:
-    """Host must name this server; a request with ``Origin`` must come from it."""
+    """Host must name this server (unless ``*``); a request with ``Origin`` must come from
+    this server's own origin (scheme, host and port)."""
 
     def __init__(self, app: ASGIApp, *, hosts: frozenset[str]) -> None:
         self.app = app
         self.hosts = hosts
+        self.origins = OriginRule()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = self.refusal(scope) if scope["type"] == "http" else None
@@ -44,16 +46,15 @@ class HostCheck:
             scope, receive, send)
 
     def refusal(self, scope: Scope) -> TitoError | None:
-        if "*" in self.hosts:
-            return None
         headers = dict(scope["headers"])
-        host = headers.get(b"host", b"").decode("latin-1")
-        if _host(host) not in self.hosts:
-            return BadRequest(f"host {host!r} is not allowed", code="host_not_allowed")
+        host = headers.get(b"host", b"")
+        if "*" not in self.hosts and _host(host.decode("latin-1")) not in self.hosts:
+            return BadRequest(f"host {host.decode('latin-1')!r} is not allowed",
+                              code="host_not_allowed")
         origin = headers.get(b"origin")
-        if origin is not None and \
-                _host(urlsplit(origin.decode("latin-1")).netloc) not in self.hosts:
-            return Forbidden("cross-origin requests are refused", code="cross_origin")
+        if origin is not None and not self.origins.allows(origin, host,
+                                                              scope.get("scheme", "http")):
+            return self.origins.refused()
         return None
 
 
