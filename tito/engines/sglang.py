@@ -27,9 +27,10 @@ import orjson
 
 from tito.engines.prompt_json import PromptJson, prompt_key
 from tito.engines.sglang_reply import PROTOCOL_ERROR as PROTOCOL_ERROR
-from tito.engines.sglang_reply import max_model_len, stream_event
+from tito.engines.sglang_reply import max_model_len
 from tito.engines.sglang_reply import parse_generate_response as parse_generate_response
 from tito.engines.sglang_reply import protocol_error as protocol_error
+from tito.engines.sglang_stream import StreamAssembler
 from tito.engines.transport import (
     JSON_HEADERS,
     JSON_OPTS,
@@ -214,33 +215,31 @@ class SGLangEngine:
         *,
         replay: ReplayRequest | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        """``/generate`` with ``stream: true`` (``stream_interval`` ids per chunk). SGLang's
-        default streaming is cumulative (each chunk holds every id so far; not
-        ``--incremental-streaming-output``): a chunk that does not extend the previous one
-        is an ``engine_protocol_error``. The final chunk (a ``finish_reason``) is checked
-        as a whole reply. Not retried: a stream is not resent."""
+        """``/generate`` with ``stream: true`` (``stream_interval`` ids per chunk), in
+        either of SGLang's stream modes (cumulative chunks by default, deltas with
+        ``--incremental-streaming-output``; :mod:`tito.engines.sglang_stream` tells them
+        apart and reads a cumulative chunk past what it already has). Every chunk's new
+        ids and logprobs are checked; the final chunk's whole result is checked as a
+        reply. Not retried: a stream is not resent."""
         start = time.perf_counter()
         body = self._generate_payload(input_ids, params, rid, replay, stream=True)
+        assembler = StreamAssembler(rid, self.vocab_size)
         self.prompt_json.begin()
         try:
             async with self.http.stream("/generate", body, routing_headers(rid)) as resp:
                 if resp.status != 200:
                     raise self._refusal(resp.status, await resp.read())
-                seen = 0
                 async for data in sse_data(resp.content):
                     if data == b"[DONE]":
                         break
-                    event, ids = stream_event(data, rid, seen)
-                    seen = len(ids)
-                    meta = event.get("meta_info")
-                    if isinstance(meta, dict) and meta.get("finish_reason") is not None:
-                        result = parse_generate_response(event, rid=rid,
-                                                         vocab_size=self.vocab_size)
-                        if result.e2e_latency is None:
-                            result.e2e_latency = time.perf_counter() - start
-                        yield StreamChunk(result.output_ids, result)
+                    out = assembler.feed(data)
+                    if isinstance(out, GenerateResult):
+                        if out.e2e_latency is None:
+                            out.e2e_latency = time.perf_counter() - start
+                        yield StreamChunk(out.output_ids, out)
                         return
-                    yield StreamChunk(ids)
+                    if out is not None:
+                        yield StreamChunk(out)
         finally:
             self.prompt_json.end()
         raise protocol_error(f"the stream of {rid} ended without a finish_reason")
