@@ -15,7 +15,8 @@ Chunks come every ``stream_interval`` ids (a sampling parameter; SGLang's server
 is 1); ``meta_info.completion_tokens`` counts all ids so far in both modes. The last chunk
 has the finish reason (whole fields but, in incremental mode, the ids, logprobs and text
 since the previous chunk), then ``data: [DONE]``. A client that goes away aborts the
-request.
+request. The request log entry (``GET /mock/requests``) counts the chunks sent
+(``stream_chunks``).
 
 Faults (:mod:`tito.engines.mock.faults`) apply to streams too: ``http_500`` and ``reset``
 answer as for a plain request (no stream is started); ``slow`` delays the first byte;
@@ -95,12 +96,14 @@ class MockStream:
                                            incremental=self.incremental)
                 if sent == 0:
                     corrupt(chunk, self.faults, vocab_size=self.replies.tokenizer.vocab_size)
+                self.req.log["stream_chunks"] = self.req.log.get("stream_chunks", 0) + 1
                 yield _sse(chunk)
                 if sent == 0 and self._partial_reset():
                     return
                 sent = upto
             await task
             self.core.finish(self.req)
+            self.req.log["stream_chunks"] = self.req.log.get("stream_chunks", 0) + 1
             yield self._final(sent)
             yield DONE
         finally:
