@@ -8,7 +8,8 @@ Requests go over the shared HTTP transport (:mod:`tito.engines.transport`: one p
 keep-alive aiohttp session, the one safe stale-connection retry, short probes); bodies are
 encoded with orjson (numpy id arrays serialize without a Python list), and a session's
 ``input_ids`` text is built on its previous prompt's (:mod:`tito.engines.prompt_json`:
-O(new ids) a turn).
+O(new ids) a turn). Streams are read in either of SGLang's stream modes, in linear total
+work (:mod:`tito.engines.sglang_stream`).
 
 Errors: a transport failure or an engine 5xx is an :class:`EngineError` (code
 ``engine_error``); a reply we cannot use (not JSON, a field of the wrong type or out of
