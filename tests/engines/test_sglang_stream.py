@@ -229,17 +229,22 @@ async def collect(engine: SGLangEngine) -> AsyncIterator[tuple[int, bool]]:
 
 @pytest.mark.parametrize("mode", ["cumulative", "incremental"])
 async def test_the_client_streams_a_long_turn_in_either_mode(
-        web_server: Callable[[Any], Awaitable[str]], mode: str) -> None:
+        web_server: Callable[[Any], Awaitable[str]], mode: str,
+        caplog: pytest.LogCaptureFixture) -> None:
     """20k ids: cumulative chunks past 512 KiB go through; the client yields the ids so far
-    after every chunk and the whole result last."""
+    after every chunk and the whole result last; a long cumulative stream logs (once) that
+    SGLang's incremental streaming would cost less."""
     n = 20000
     chunks = (cumulative if mode == "cumulative" else incremental)(n, 2500)
     engine = SGLangEngine(await served_stream(web_server, chunks), vocab_size=VOCAB)
     try:
         got = [x async for x in collect(engine)]
+        again = [x async for x in collect(engine)]
     finally:
         await engine.close()
-    assert got == [(k, False) for k in range(2500, n, 2500)] + [(n, True)]
+    assert got == again == [(k, False) for k in range(2500, n, 2500)] + [(n, True)]
+    hints = [r for r in caplog.records if "--incremental-streaming-output" in r.getMessage()]
+    assert len(hints) == (1 if mode == "cumulative" else 0)
 
 
 def test_cumulative_chunks_are_decoded_in_linear_total_work(

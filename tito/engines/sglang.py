@@ -20,6 +20,7 @@ range) an :class:`EngineError` with code ``engine_protocol_error``; a timeout an
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -55,6 +56,11 @@ from tito.types.engine import (
 from tito.types.errors import EngineError, EngineRejected
 from tito.types.placement import session_of
 
+log = logging.getLogger("tito.engines")
+
+CUMULATIVE_HINT_IDS = 4096
+"""A cumulative stream this long logs (once per client) that SGLang's
+``--incremental-streaming-output`` would cost the engine and the gateway less."""
 CONTEXT_RETRY_S = 5.0
 """After a failed or unusable ``/v1/models`` answer, ask again at most this often."""
 
@@ -129,6 +135,7 @@ class SGLangEngine:
         self._context_lock = asyncio.Lock()
         self.prompt_json = PromptJson()
         """Each session's previous prompt text: a turn serializes only its new ids."""
+        self._hinted = False
 
     @property
     def stale_retries(self) -> int:
@@ -237,6 +244,7 @@ class SGLangEngine:
                     if isinstance(out, GenerateResult):
                         if out.e2e_latency is None:
                             out.e2e_latency = time.perf_counter() - start
+                        self._hint(assembler)
                         yield StreamChunk(out.output_ids, out)
                         return
                     if out is not None:
@@ -244,6 +252,14 @@ class SGLangEngine:
         finally:
             self.prompt_json.end()
         raise protocol_error(f"the stream of {rid} ended without a finish_reason")
+
+    def _hint(self, assembler: StreamAssembler) -> None:
+        if assembler.mode == "cumulative" and len(assembler.ids) >= CUMULATIVE_HINT_IDS \
+                and not self._hinted:
+            self._hinted = True
+            log.warning("%s streams cumulatively (every chunk holds all ids so far: "
+                        "bytes grow with the square of a turn's length); start SGLang with "
+                        "--incremental-streaming-output for long streamed turns", self.url)
 
     # -- information -------------------------------------------------------------------
     async def context_length(self) -> int | None:
