@@ -157,3 +157,9 @@ def test_gateway_overhead_profiles_both_servers(tmp_path: Path) -> None:
                         str(tmp_path / "spy.txt"), tmp_path=tmp_path)
     assert "where the gateway's extra time goes" in out
     assert (tmp_path / "spy.txt.proxy").is_file()
+
+
+def test_stream_cpu_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("stream_cpu.py", "--lengths", "64", "256", "--repeat", "1",
+                        tmp_path=tmp_path)
+    assert "gateway CPU per streamed token" in out

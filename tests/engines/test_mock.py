@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import os
 import re
@@ -89,6 +90,9 @@ def engines() -> Iterator[dict[str, Engine]]:
                        "--topk", "2", "--num-experts", "8", "--weight-version", "v0"),
         "slow": Engine("--tokenizer", qwen, "--token-latency-ms", str(SLOW_MS)),
         "chatml": Engine("--tokenizer", smol, "--family", "chatml"),
+        "incremental": Engine("--tokenizer", qwen, "--token-latency-ms", "2",
+                              "--incremental-streaming-output"),
+        "fast_stream": Engine("--tokenizer", qwen, "--token-latency-ms", "0.2"),
     }
     try:
         yield {name: e.wait() for name, e in started.items()}
@@ -301,25 +305,91 @@ def test_max_new_tokens_stop_ids_and_ignore_eos(fast, qwen3) -> None:
     assert zero["output_ids"] == [] and zero["meta_info"]["finish_reason"]["type"] == "length"
 
 
-def test_stream_is_cumulative(fast, qwen3) -> None:
-    ids = prompt(qwen3, "SAY streamed words here", OFF)
-    whole = gen(fast, ids, return_logprob=True)
-    with fast.stream("POST", "/generate", json={
-            "input_ids": ids, "stream": True, "return_logprob": True}) as res:
+def stream_chunks(client: httpx.Client, ids: list[int], *, pause_after: int | None = None,
+                  **body: Any) -> list[dict[str, Any]]:
+    """The chunks of a streamed /generate (``pause_after``: the reader falls behind for
+    0.3 s after that many chunks)."""
+    with client.stream("POST", "/generate", json={
+            "input_ids": ids, "stream": True, "return_logprob": True, **body}) as res:
         assert res.status_code == 200
         assert res.headers["content-type"].startswith("text/event-stream")
-        events = [line[6:] for line in res.iter_lines() if line.startswith("data: ")]
+        events = []
+        for line in res.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                if len(events) == pause_after:
+                    time.sleep(0.3)
     assert events[-1] == "[DONE]"
-    chunks = [json.loads(e) for e in events[:-1]]
-    assert len(chunks) == len(whole["output_ids"])
-    for i, chunk in enumerate(chunks[:-1]):
-        assert chunk["output_ids"] == whole["output_ids"][: i + 1]
-        assert chunk["meta_info"]["finish_reason"] is None
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_stream_is_cumulative(engines, qwen3) -> None:
+    """SGLang's default: every chunk holds all the ids, logprob entries and text so far
+    (completion_tokens counts them); the last one is the whole reply."""
+    ids = prompt(qwen3, "SAY streamed words here and some more of them", OFF)
+    with httpx.Client(base_url=engines["slow"].url, timeout=10) as client:
+        whole = gen(client, ids, return_logprob=True)
+        chunks = stream_chunks(client, ids)
+    out, rows = whole["output_ids"], whole["meta_info"]["output_token_logprobs"]
+    assert len(chunks) > 1
+    lengths = [len(chunk["output_ids"]) for chunk in chunks]
+    assert lengths == sorted(set(lengths))  # growing (one per id when the reader keeps up)
+    for n, chunk in zip(lengths[:-1], chunks[:-1], strict=True):
+        meta = chunk["meta_info"]
+        assert chunk["output_ids"] == out[:n] and meta["finish_reason"] is None
+        assert meta["completion_tokens"] == n
+        assert meta["output_token_logprobs"] == rows[:n]
+        assert chunk["text"] == qwen3.tokenizer.decode(out[:n])
     last = chunks[-1]
-    assert last["output_ids"] == whole["output_ids"]
+    assert last["output_ids"] == out and last["text"] == whole["text"]
     assert last["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
-    assert last["meta_info"]["output_token_logprobs"] == \
-        whole["meta_info"]["output_token_logprobs"]
+    assert last["meta_info"]["output_token_logprobs"] == rows
+
+
+def test_a_cumulative_reader_that_is_behind_gets_the_newest_chunk_only(engines, qwen3) -> None:
+    """Chunks queued while the writer waited for a reader that is behind are dropped but
+    the newest (the mock logs how many chunks a stream sent)."""
+    ids = prompt(qwen3, "LONG 3000", OFF)
+    with httpx.Client(base_url=engines["fast_stream"].url, timeout=30) as client:
+        whole = gen(client, ids, return_logprob=True)["output_ids"]
+        client.delete("/mock/requests")
+        chunks = stream_chunks(client, ids, pause_after=1)
+        (entry,) = client.get("/mock/requests").json()
+    assert entry["stream_chunks"] == len(chunks) and 1 < len(chunks) < len(whole)
+    for a, b in itertools.pairwise(chunks):
+        assert len(a["output_ids"]) < len(b["output_ids"]) and \
+            b["output_ids"][: len(a["output_ids"])] == a["output_ids"]
+    assert chunks[-1]["output_ids"] == whole
+
+
+def test_incremental_stream_chunks_join_to_the_whole_reply(engines, qwen3) -> None:
+    """--incremental-streaming-output: each chunk holds the ids, logprob entries and text
+    since the previous one (a reader that is behind gets the queued ones joined, none
+    lost); completion_tokens counts all so far; the final chunk's other fields are
+    whole."""
+    ids = prompt(qwen3, "LONG 200", OFF)
+    with httpx.Client(base_url=engines["incremental"].url, timeout=10) as client:
+        whole = gen(client, ids, return_logprob=True)
+        chunks = stream_chunks(client, ids, pause_after=3)
+    assert len(chunks) > 1
+    joined: list[int] = []
+    rows: list[Any] = []
+    for chunk in chunks:
+        joined += chunk["output_ids"]
+        rows += chunk["meta_info"]["output_token_logprobs"]
+        assert chunk["meta_info"]["completion_tokens"] == len(joined)
+        assert chunk["text"] == qwen3.tokenizer.decode(chunk["output_ids"])
+    assert joined == whole["output_ids"]
+    assert rows == whole["meta_info"]["output_token_logprobs"]
+    final = chunks[-1]["meta_info"]
+    assert final["finish_reason"] == whole["meta_info"]["finish_reason"]
+    assert final["prompt_tokens"] == whole["meta_info"]["prompt_tokens"]
+    info = client_info(engines["incremental"].url)
+    assert info["incremental_streaming_output"] is True
+
+
+def client_info(url: str) -> dict[str, Any]:
+    return dict(httpx.get(url + "/server_info").json())
 
 
 # -- validation ----------------------------------------------------------------------------

@@ -181,12 +181,12 @@ async def test_wire_reset(make_mock: MakeMock, serve: Serve) -> None:
     assert (await post(url, generate_body(mock, "SAY fine", rid="w3")))[0] == 200
 
 
-async def test_wire_faults_skip_streams_and_invalid_requests(wire: Any, make_mock: MakeMock,
-                                                             serve: Serve) -> None:
+async def test_wire_faults_apply_to_streams_but_not_invalid_requests(
+        wire: Any, make_mock: MakeMock, serve: Serve) -> None:
     mock = make_mock(faults=("http_500",))
     url = await serve(mock.app())
     status, raw = await post(url, generate_body(mock, "hi", stream=True))
-    assert status == 200 and raw.rstrip().endswith(b"data: [DONE]")
+    assert status == 500 and b"mock fault http_500" in raw
     status, raw = await post(url, {"input_ids": [], "sampling_params": {}})
     assert status == 400 and b"input_ids cannot be empty" in raw
     assert (await post(url, generate_body(mock, "hi")))[0] == 500

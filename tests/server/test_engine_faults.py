@@ -46,6 +46,7 @@ FAULTS = {
     "wrong_types": (502, "engine_protocol_error"),
     "bad_ids": (502, "engine_protocol_error"),
     "bad_ids:vocab": (502, "engine_protocol_error"),
+    "bad_ids:int32": (502, "engine_protocol_error"),
     "bad_logprob": (502, "engine_protocol_error"),
     "bad_logprob:nan": (502, "engine_protocol_error"),
     "empty": (502, "engine_protocol_error"),

@@ -67,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inject a failure into every /generate reply (repeatable; one "
                              "request: a 'FAULT <mode> [<arg>]' directive line); modes: "
                              + ", ".join(FAULT_MODES))
+    parser.add_argument("--incremental-streaming-output", action="store_true",
+                        help="stream chunks carry the ids, logprobs and text since the "
+                             "previous chunk (SGLang's flag of that name); default: every "
+                             "chunk carries everything so far, as SGLang's default")
     parser.add_argument("--log-level", default="warning",
                         choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn log level")
@@ -83,6 +87,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         indexer_layers=args.indexer_layers, indexer_topk=args.indexer_topk,
         request_log_size=args.request_log_size, keepalive_timeout=args.keepalive_timeout,
         faults=tuple(args.fault),
+        incremental_streaming_output=args.incremental_streaming_output,
     )
 
 

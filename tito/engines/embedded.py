@@ -262,7 +262,7 @@ class EmbeddedEngine:
                     yield StreamChunk(item.output_ids, item)
                     return
                 ids.append(item)
-                yield StreamChunk(list(ids))
+                yield StreamChunk(ids)  # grown in place: no copy
         finally:
             if not finished:
                 self._scheduler.abort_request(request)

@@ -8,7 +8,8 @@ Requests go over the shared HTTP transport (:mod:`tito.engines.transport`: one p
 keep-alive aiohttp session, the one safe stale-connection retry, short probes); bodies are
 encoded with orjson (numpy id arrays serialize without a Python list), and a session's
 ``input_ids`` text is built on its previous prompt's (:mod:`tito.engines.prompt_json`:
-O(new ids) a turn).
+O(new ids) a turn). Streams are read in either of SGLang's stream modes, in linear total
+work (:mod:`tito.engines.sglang_stream`).
 
 Errors: a transport failure or an engine 5xx is an :class:`EngineError` (code
 ``engine_error``); a reply we cannot use (not JSON, a field of the wrong type or out of
@@ -19,6 +20,7 @@ range) an :class:`EngineError` with code ``engine_protocol_error``; a timeout an
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,9 +29,10 @@ import orjson
 
 from tito.engines.prompt_json import PromptJson, prompt_key
 from tito.engines.sglang_reply import PROTOCOL_ERROR as PROTOCOL_ERROR
-from tito.engines.sglang_reply import max_model_len, stream_event
+from tito.engines.sglang_reply import max_model_len
 from tito.engines.sglang_reply import parse_generate_response as parse_generate_response
 from tito.engines.sglang_reply import protocol_error as protocol_error
+from tito.engines.sglang_stream import StreamAssembler
 from tito.engines.transport import (
     JSON_HEADERS,
     JSON_OPTS,
@@ -53,6 +56,11 @@ from tito.types.engine import (
 from tito.types.errors import EngineError, EngineRejected
 from tito.types.placement import session_of
 
+log = logging.getLogger("tito.engines")
+
+CUMULATIVE_HINT_IDS = 4096
+"""A cumulative stream this long logs (once per client) that SGLang's
+``--incremental-streaming-output`` would cost the engine and the gateway less."""
 CONTEXT_RETRY_S = 5.0
 """After a failed or unusable ``/v1/models`` answer, ask again at most this often."""
 
@@ -127,6 +135,7 @@ class SGLangEngine:
         self._context_lock = asyncio.Lock()
         self.prompt_json = PromptJson()
         """Each session's previous prompt text: a turn serializes only its new ids."""
+        self._hinted = False
 
     @property
     def stale_retries(self) -> int:
@@ -214,36 +223,43 @@ class SGLangEngine:
         *,
         replay: ReplayRequest | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        """``/generate`` with ``stream: true`` (``stream_interval`` ids per chunk). SGLang's
-        default streaming is cumulative (each chunk holds every id so far; not
-        ``--incremental-streaming-output``): a chunk that does not extend the previous one
-        is an ``engine_protocol_error``. The final chunk (a ``finish_reason``) is checked
-        as a whole reply. Not retried: a stream is not resent."""
+        """``/generate`` with ``stream: true`` (``stream_interval`` ids per chunk), in
+        either of SGLang's stream modes (cumulative chunks by default, deltas with
+        ``--incremental-streaming-output``; :mod:`tito.engines.sglang_stream` tells them
+        apart and reads a cumulative chunk past what it already has). Every chunk's new
+        ids and logprobs are checked; the final chunk's whole result is checked as a
+        reply. Not retried: a stream is not resent."""
         start = time.perf_counter()
         body = self._generate_payload(input_ids, params, rid, replay, stream=True)
+        assembler = StreamAssembler(rid, self.vocab_size)
         self.prompt_json.begin()
         try:
             async with self.http.stream("/generate", body, routing_headers(rid)) as resp:
                 if resp.status != 200:
                     raise self._refusal(resp.status, await resp.read())
-                seen = 0
                 async for data in sse_data(resp.content):
                     if data == b"[DONE]":
                         break
-                    event, ids = stream_event(data, rid, seen)
-                    seen = len(ids)
-                    meta = event.get("meta_info")
-                    if isinstance(meta, dict) and meta.get("finish_reason") is not None:
-                        result = parse_generate_response(event, rid=rid,
-                                                         vocab_size=self.vocab_size)
-                        if result.e2e_latency is None:
-                            result.e2e_latency = time.perf_counter() - start
-                        yield StreamChunk(result.output_ids, result)
+                    out = assembler.feed(data)
+                    if isinstance(out, GenerateResult):
+                        if out.e2e_latency is None:
+                            out.e2e_latency = time.perf_counter() - start
+                        self._hint(assembler)
+                        yield StreamChunk(out.output_ids, out)
                         return
-                    yield StreamChunk(ids)
+                    if out is not None:
+                        yield StreamChunk(out)
         finally:
             self.prompt_json.end()
         raise protocol_error(f"the stream of {rid} ended without a finish_reason")
+
+    def _hint(self, assembler: StreamAssembler) -> None:
+        if assembler.mode == "cumulative" and len(assembler.ids) >= CUMULATIVE_HINT_IDS \
+                and not self._hinted:
+            self._hinted = True
+            log.warning("%s streams cumulatively (every chunk holds all ids so far: "
+                        "bytes grow with the square of a turn's length); start SGLang with "
+                        "--incremental-streaming-output for long streamed turns", self.url)
 
     # -- information -------------------------------------------------------------------
     async def context_length(self) -> int | None:

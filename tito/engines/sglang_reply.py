@@ -15,9 +15,7 @@ import math
 from typing import Any
 
 import numpy as np
-import orjson
 
-from tito.engines.transport import error_text
 from tito.types.engine import (
     LOGPROB_TOLERANCE,
     CheckedOutput,
@@ -31,6 +29,9 @@ from tito.types.records import IDS_DTYPE
 
 PROTOCOL_ERROR = "engine_protocol_error"
 """``code`` of an :class:`EngineError` raised because the engine's reply is malformed."""
+MAX_TOKEN_ID = int(np.iinfo(IDS_DTYPE).max)
+"""The largest token id the gateway stores (int32): a larger one is a protocol error
+even when the vocabulary size is not known."""
 
 
 def protocol_error(message: str) -> EngineError:
@@ -83,7 +84,7 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-class _Reply:
+class ReplyCheck:
     """Checks of one ``/generate`` reply; every failure is an ``engine_protocol_error``
     :class:`EngineError` naming the field (an engine answering garbage is a bad gateway,
     not a bug of ours)."""
@@ -152,13 +153,17 @@ class _Reply:
         if not ids:
             return True
         vocab = self.vocab_size
-        return min(ids) >= 0 and (vocab is None or max(ids) < vocab)
+        return min(ids) >= 0 and max(ids) <= MAX_TOKEN_ID and (vocab is None
+                                                                or max(ids) < vocab)
 
     def _check_id(self, i: int, tok: Any) -> None:
         if not _is_int(tok):
             raise self.error(f"output_ids[{i}] is {_kind(tok)} {tok!r}, not a token id")
         if tok < 0:
             raise self.error(f"output_ids[{i}] is {tok}, a negative token id")
+        if tok > MAX_TOKEN_ID:
+            raise self.error(f"output_ids[{i}] is {tok}, over the largest token id "
+                             f"({MAX_TOKEN_ID})")
         if self.vocab_size is not None and tok >= self.vocab_size:
             raise self.error(f"output_ids[{i}] is {tok}, outside the vocabulary "
                              f"({self.vocab_size} ids)")
@@ -266,7 +271,7 @@ def parse_generate_response(data: Any, *, rid: str,
     An abort with an engine error status raises :class:`EngineRejected` (4xx) or an
     ``engine_rejected`` :class:`EngineError` (5xx).
     """
-    reply = _Reply(rid, vocab_size)
+    reply = ReplyCheck(rid, vocab_size)
     meta = reply.meta(data)
     kind, matched = reply.finish(meta)
     output_ids = reply.output_ids(data)
@@ -299,21 +304,3 @@ def max_model_len(models: Any) -> int | None:
                if isinstance(c, dict) and _is_int(c.get("max_model_len"))
                and c["max_model_len"] > 0]
     return min(lengths) if lengths else None
-
-
-def stream_event(data: bytes, rid: str, seen: int) -> tuple[dict[str, Any], list[Any]]:
-    """One cumulative stream chunk: (the event, its output ids so far)."""
-    try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise protocol_error(f"stream event for {rid} is not JSON: {exc}") from exc
-    if not isinstance(event, dict):
-        raise protocol_error(f"stream event for {rid} is not an object")
-    if "error" in event:
-        raise EngineError(f"engine stream error: {error_text(data)}")
-    ids = event.get("output_ids")
-    if not isinstance(ids, list) or len(ids) < seen:
-        raise protocol_error(f"stream chunk for {rid}: output_ids must grow cumulatively "
-                             "(run SGLang without --incremental-streaming-output)")
-    return event, ids
-

@@ -51,12 +51,51 @@ def error_text(body: bytes, limit: int = 500) -> str:
     return str(err)[:limit]
 
 
-async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of a server-sent event stream."""
-    async for line in content:
-        line = line.strip()
-        if line.startswith(b"data:"):
-            yield line[5:].strip()
+MAX_EVENT_BYTES = 1 << 30
+"""Largest server-sent event line accepted from an engine (1 GiB): far above any chunk a
+turn can produce (a cumulative SGLang chunk of a 1M-token turn is about 40 MB)."""
+
+
+async def sse_data(content: aiohttp.StreamReader, limit: int = MAX_EVENT_BYTES
+                   ) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream, lines of any size (up to
+    ``limit`` bytes) in linear total work: each received byte is scanned for the line end
+    once and copied into its line once (aiohttp's own line reader refuses lines over
+    its buffer limit, 512 KiB, and re-copies a long line per network read). A longer
+    line is an ``engine_protocol_error``."""
+    buf = bytearray()
+    scan = 0  # bytes of buf already known to hold no line end
+    while piece := await content.readany():
+        buf += piece
+        start = 0
+        while (end := buf.find(b"\n", scan)) != -1:
+            payload = _data_payload(buf, start, end)
+            start = scan = end + 1
+            if payload is not None:
+                yield payload
+        if start:
+            del buf[:start]  # what is left is the start of one line: moved once
+        scan = len(buf)
+        if scan > limit:
+            raise EngineError(f"an engine stream event is over {limit} bytes",
+                              code="engine_protocol_error")
+    last = _data_payload(buf, 0, len(buf))
+    if last is not None:
+        yield last
+
+
+def _data_payload(buf: bytearray, start: int, end: int) -> bytes | None:
+    """The payload of the line ``buf[start:end]`` when it is a ``data:`` line."""
+    while start < end and buf[start] in b" \t\r":
+        start += 1
+    if not buf.startswith(b"data:", start):
+        return None
+    start += 5
+    while start < end and buf[start] in b" \t":
+        start += 1
+    while end > start and buf[end - 1] in b" \t\r":
+        end -= 1
+    return bytes(buf[start:end])
 
 
 # -- the stale keep-alive retry --------------------------------------------------------

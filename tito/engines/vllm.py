@@ -44,6 +44,7 @@ import numpy as np
 import orjson
 
 from tito.engines.prompt_json import PromptJson, prompt_key
+from tito.engines.sglang_reply import MAX_TOKEN_ID
 from tito.engines.transport import (
     JSON_OPTS,
     KEEPALIVE_TIMEOUT_S,
@@ -219,7 +220,7 @@ class VLLMEngine:
                         if choice.get("finish_reason") is not None:
                             finish = choice
                         if new:
-                            yield StreamChunk(list(ids))
+                            yield StreamChunk(ids)  # grown in place: no copy
         finally:
             self.prompt_json.end()
         if finish is None:
@@ -299,7 +300,8 @@ class VLLMEngine:
 
 
 def _token_ids(value: Any, rid: str) -> list[int]:
-    if not isinstance(value, list) or not all(type(t) is int and t >= 0 for t in value):
+    if not isinstance(value, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN_ID
+                                              for t in value):
         raise _protocol(f"token_ids of {rid} is not a list of token ids "
                         "(return_token_ids must be honoured)")
     return value

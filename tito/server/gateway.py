@@ -256,7 +256,7 @@ class Gateway:
             turn.engine_started = time.perf_counter()
             async with contextlib.aclosing(stream_generate(  # closed early: the request
                     self.engine, turn.plan.prompt_ids, turn.params, turn.rid,  # ends now
-                    replay=turn.replay)) as chunks:
+                    replay=turn.replay, vocab_size=self.vocab_size)) as chunks:
                 async for chunk in chunks:
                     if chunk.result is not None:
                         result = chunk.result

@@ -104,7 +104,11 @@ class GenerateResult:
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
     """One step of a streamed generation: the output ids generated so far (cumulative)
-    and, on the last chunk only, the whole result."""
+    and, on the last chunk only, the whole result.
+
+    ``output_ids`` may be the engine client's own list, grown in place by the chunks that
+    follow: read it before asking for the next chunk, never keep it (an engine that
+    copied all ids so far into every chunk would make a long stream quadratic)."""
 
     output_ids: Sequence[int]
     result: GenerateResult | None = None
@@ -175,18 +179,24 @@ class StreamingEngine(Protocol):
 
 
 async def stream_generate(engine: Engine, input_ids: TokenIds, params: SamplingParams,
-                          rid: str, *, replay: ReplayRequest | None = None
+                          rid: str, *, replay: ReplayRequest | None = None,
+                          vocab_size: int | None = None
                           ) -> AsyncGenerator[StreamChunk, None]:
     """Stream from ``engine``: its own ``generate_stream`` when it has one, else one final
-    chunk from ``generate``."""
+    chunk from ``generate``. ``vocab_size``: the new ids of every chunk but the last
+    (which :func:`check_output` checks whole) must be token ids in ``[0, vocab_size)``,
+    else ``engine_protocol_error``: nothing unchecked is streamed."""
     streaming = getattr(engine, "generate_stream", None)
     if streaming is None:
         result = await engine.generate(input_ids, params, rid, replay=replay)
         yield StreamChunk(result.output_ids, result)
         return
     chunks = streaming(input_ids, params, rid, replay=replay)
+    checked = 0
     try:
         async for chunk in chunks:
+            if vocab_size is not None and chunk.result is None:
+                checked = check_stream_ids(chunk.output_ids, checked, vocab_size)
             yield chunk
     finally:  # closed early: the engine's stream (its HTTP request) ends now
         close = getattr(chunks, "aclose", None)
@@ -286,6 +296,16 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
                          compact_logprobs(logprobs))
 
 
+def check_stream_ids(ids: Sequence[Any], start: int, vocab_size: int) -> int:
+    """Check ``ids[start:]`` (the ids a stream chunk added) are token ids in
+    ``[0, vocab_size)``; the new count of checked ids. Work in proportion to the new ids."""
+    if len(ids) > start:
+        new = ids[start:]
+        if not _ids_ok(new, vocab_size):
+            raise _protocol("stream chunk: " + _first_bad_id(new, vocab_size, start))
+    return max(start, len(ids))
+
+
 def compact_logprobs(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """``values`` as float32 when that round-trips every value exactly, else float64."""
     if isinstance(values, list):  # the common case: a reply's floats (list equality is C)
@@ -313,8 +333,8 @@ def _logprobs_ok(logprobs: Sequence[Any]) -> bool:
     return math.isfinite(sum(logprobs)) and max(logprobs) <= LOGPROB_TOLERANCE
 
 
-def _first_bad_id(ids: Sequence[Any], vocab_size: int) -> str:
-    for i, tok in enumerate(ids):
+def _first_bad_id(ids: Sequence[Any], vocab_size: int, offset: int = 0) -> str:
+    for i, tok in enumerate(ids, start=offset):
         if isinstance(tok, (bool, float, str)) or not isinstance(tok, (int, np.integer)):
             return f"output_ids[{i}] = {tok!r} is not an integer token id"
         if not 0 <= tok < vocab_size:

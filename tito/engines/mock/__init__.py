@@ -16,7 +16,9 @@ Modules:
 - :mod:`~tito.engines.mock.directives`: the scripted model (directives -> planned ids);
 - :mod:`~tito.engines.mock.radix`: the prefix cache behind ``cached_tokens``;
 - :mod:`~tito.engines.mock.lifecycle`: admission, token-by-token generation, abort, pause;
-- :mod:`~tito.engines.mock.replies`: the ``/generate`` reply object;
+- :mod:`~tito.engines.mock.replies`: the ``/generate`` reply object and stream chunks;
+- :mod:`~tito.engines.mock.streaming`: ``stream: true`` as SGLang streams, cumulative or
+  incremental (``--incremental-streaming-output``), with its coalescing;
 - :mod:`~tito.engines.mock.faults`: fault injection (``--fault``, ``FAULT`` directives):
   which faults, what they change in a reply;
 - :mod:`~tito.engines.mock.faulty`: how a faulty reply goes out (error status, cut body,

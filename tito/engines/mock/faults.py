@@ -4,8 +4,9 @@ A fault is ``MODE[:ARG]``. It reaches a ``/generate`` request in two ways: every
 gets the faults of ``tito mock-engine --fault`` (:attr:`MockConfig.faults`), and one
 request gets those of its ``FAULT <mode> [<arg>]`` directive lines (in the last user or
 tool message, like the other directives; ``FAULT <mode>:<arg>`` works too, an unknown mode
-or a bad argument makes the line ignored). Faults apply to non-streaming requests, after
-the request was admitted (invalid requests still get SGLang's 400), planned and logged.
+or a bad argument makes the line ignored). Faults apply after the request was admitted
+(invalid requests still get SGLang's 400) and logged; how they apply to a streamed
+request: :mod:`tito.engines.mock.streaming`.
 
 Modes (the rest of the reply stays SGLang's wire format):
 
@@ -16,6 +17,7 @@ Modes (the rest of the reply stays SGLang's wire format):
 - ``wrong_types``: ``meta_info`` is a list;
 - ``bad_ids``: the first output id (and its logprob entry) is ``-1``;
   ``bad_ids:vocab``: it is the vocabulary size (one past the last id);
+  ``bad_ids:int32``: it is 2**31 (past the largest int32);
 - ``bad_logprob[:X]``: the first output logprob is X (default ``1e300``; ``nan`` and
   ``inf`` go out as ``null``, as SGLang's orjson writes them);
 - ``empty``: no output ids (nor logprob entries), the finish reason kept (a ``stop``
@@ -43,6 +45,8 @@ from typing import Any
 FAULT_MODES = ("reset", "malformed_json", "wrong_types", "bad_ids", "bad_logprob",
                "http_500", "slow", "empty")
 TERMINAL_MODES = ("reset", "http_500", "malformed_json")
+BAD_IDS = {"negative": -1, "int32": 2**31}
+"""The id ``bad_ids:ARG`` puts first (``vocab``: the vocabulary size)."""
 """Modes that decide how the reply goes out, by precedence."""
 
 
@@ -82,7 +86,7 @@ def _arg_ok(mode: str, arg: str | None) -> bool:
     if mode == "reset":
         return arg == "partial"
     if mode == "bad_ids":
-        return arg in ("negative", "vocab")
+        return arg in ("negative", "vocab", "int32")
     if mode == "bad_logprob":
         return _number(arg)
     if mode == "http_500":
@@ -156,7 +160,8 @@ def corrupt(result: dict[str, Any], faults: Sequence[Fault], *, vocab_size: int)
         _empty(result)
     for fault in faults:
         if fault.mode == "bad_ids":
-            _bad_id(result, vocab_size if fault.arg == "vocab" else -1)
+            _bad_id(result, BAD_IDS.get(fault.arg or "", -1) if fault.arg != "vocab"
+                    else vocab_size)
         elif fault.mode == "bad_logprob":
             _bad_logprob(result, fault.logprob)
     if any(f.mode == "wrong_types" for f in faults):

@@ -21,7 +21,7 @@ RAW_SEND = "tito.mock.send"
 connection's transport; Starlette's middleware wraps the ``send`` endpoints see)."""
 
 
-def _transport(request: Request) -> asyncio.Transport | None:
+def connection_transport(request: Request) -> asyncio.Transport | None:
     """The connection's transport (uvicorn's request cycle holds it)."""
     send = request.scope.get(RAW_SEND)
     transport = getattr(getattr(send, "__self__", None), "transport", None)
@@ -37,7 +37,7 @@ async def _until_disconnected(request: Request) -> None:
 
 async def _reset(request: Request, body: bytes, *, partial: bool) -> Response:
     """Close the connection without a response (RST), or after half of one (FIN)."""
-    transport = _transport(request)
+    transport = connection_transport(request)
     if transport is None:
         raise RuntimeError("fault reset needs uvicorn (no transport found)")
     if partial:

@@ -61,6 +61,9 @@ class MockConfig:
     faults: tuple[str, ...] = ()
     """``MODE[:ARG]`` faults given to every ``/generate`` request
     (:mod:`tito.engines.mock.faults`)."""
+    incremental_streaming_output: bool = False
+    """SGLang's ``--incremental-streaming-output``: stream chunks carry the ids (and
+    logprobs, text) since the previous chunk instead of everything so far."""
 
 
 @dataclass
@@ -81,6 +84,11 @@ class ReqState:
     plan: Plan | None = None
     versions: list[tuple[str, int]] = field(default_factory=list)
     """(weight version, first output index) each time the version changed mid-request."""
+    rows: list[list[Any]] = field(default_factory=list)
+    """A stream's ``[logprob, id, text]`` entries built so far (each built once)."""
+    text: str = ""
+    """A stream's text decoded so far (ids ``[0, text_upto)``), extended per chunk."""
+    text_upto: int = 0
 
 
 class Lifecycle:
@@ -160,7 +168,12 @@ class Lifecycle:
         req.started = True
 
     async def drive(self, req: ReqState) -> AsyncIterator[int]:
-        """Run ``req``; yields the number of emitted tokens as they appear."""
+        """Run ``req``; yields the number of emitted tokens as they appear.
+
+        Tokens appear at ``token_latency_ms`` each by the wall clock, like a GPU's
+        decode that goes on whatever the HTTP side does: when the event loop was busy
+        (a stream writer encoding a long chunk), the tokens due meanwhile appear at
+        once. At latency 0 the whole completion appears at once."""
         await self.wait_unpaused(req)
         if req.aborted:
             return
@@ -174,15 +187,18 @@ class Lifecycle:
             req.emitted = total
             yield total
             return
+        began = time.perf_counter()
         while req.emitted < total and not req.aborted:
             await self.sleep(req, per_token)
             if self.paused:
                 await self.wait_unpaused(req)
+                began = time.perf_counter() - req.emitted * per_token
             if req.aborted:
                 break
             if self.weight_version != req.versions[-1][0]:  # updated while paused
                 req.versions.append((self.weight_version, req.emitted))
-            req.emitted += 1
+            due = int((time.perf_counter() - began) / per_token) if per_token > 0 else total
+            req.emitted = min(total, max(req.emitted + 1, due))
             yield req.emitted
 
     def finish(self, req: ReqState) -> None:

@@ -85,6 +85,65 @@ class Replies:
             result["prompt_token_ids"] = req.input_ids
         return result
 
+    def chunk(self, req: ReqState, weight_version: str, start: int, upto: int, *,
+              incremental: bool) -> dict[str, Any]:
+        """A non-final stream chunk after ``upto`` ids: all of them (SGLang's default,
+        cumulative) or, ``incremental``, those from ``start`` on. Built in proportion to
+        its size: entries and text are made once per id and kept on ``req``."""
+        plan = req.plan
+        assert plan is not None
+        lo = start if incremental else 0
+        meta: dict[str, Any] = {
+            "id": req.rid, "finish_reason": None, "prompt_tokens": len(req.input_ids),
+            "weight_version": weight_version, "num_retractions": req.num_retractions,
+        }
+        if req.body.get("return_logprob"):
+            rows = self._rows(req, plan, upto)[lo:upto]
+            meta["output_token_logprobs"] = rows
+            meta["output_token_logprobs_length"] = len(rows)
+            meta["input_token_logprobs"] = self._input_logprobs(
+                req, bool(req.body.get("return_text_in_logprobs")))
+            k = req.body.get("top_logprobs_num") or 0
+            if k > 0:
+                meta["output_top_logprobs"] = [
+                    self._top(tok, lp, k, False) for lp, tok, _ in rows]
+        meta.update(reasoning_tokens=0, completion_tokens=upto,
+                    cached_tokens=req.cached_tokens)
+        text = self.tokenizer.decode(plan.output_ids[lo:upto]) if incremental \
+            else self._stream_text(req, plan, upto)
+        return {"text": text, "output_ids": plan.output_ids[lo:upto], "meta_info": meta}
+
+    def final_chunk(self, req: ReqState, weight_version: str, start: int, *,
+                    incremental: bool) -> dict[str, Any]:
+        """The last stream chunk: the whole result, or (``incremental``) its ids,
+        logprobs and text from ``start`` on with the other fields whole."""
+        result = self.result(req, weight_version, final=True)
+        if incremental and start:
+            meta = result["meta_info"]
+            result["output_ids"] = result["output_ids"][start:]
+            result["text"] = self.tokenizer.decode(result["output_ids"])
+            for key in ("output_token_logprobs", "output_top_logprobs"):
+                if key in meta:
+                    meta[key] = meta[key][start:]
+            if "output_token_logprobs" in meta:
+                meta["output_token_logprobs_length"] = len(meta["output_token_logprobs"])
+        return result
+
+    def _rows(self, req: ReqState, plan: Plan, upto: int) -> list[list[Any]]:
+        rows = req.rows
+        with_text = bool(req.body.get("return_text_in_logprobs"))
+        for i in range(len(rows), upto):
+            tok = plan.output_ids[i]
+            rows.append([plan.logprobs[i], tok, self.token_text(tok) if with_text else None])
+        return rows
+
+    def _stream_text(self, req: ReqState, plan: Plan, upto: int) -> str:
+        """The text of ids ``[0, upto)``, decoded piece by piece as chunks go out."""
+        if upto > req.text_upto:
+            req.text += self.tokenizer.decode(plan.output_ids[req.text_upto:upto])
+            req.text_upto = upto
+        return req.text
+
     @staticmethod
     def _finish_reason(req: ReqState, plan: Plan, n: int) -> dict[str, Any]:
         complete = n == len(plan.output_ids) and not req.aborted

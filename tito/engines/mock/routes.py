@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -19,6 +18,7 @@ from tito.engines.mock.faults import Fault, fault_delay, parse_fault
 from tito.engines.mock.faulty import RAW_SEND, faulty_response
 from tito.engines.mock.lifecycle import PAUSE_MODES, Lifecycle, MockConfig, ReqState
 from tito.engines.mock.replies import Replies
+from tito.engines.mock.streaming import MockStream, streams_normally
 
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are "
               "running or waiting requests, the operation will not be performed.)\n")
@@ -92,7 +92,11 @@ class MockEngine:
         req.log["routing_key"] = request.headers.get("x-smg-routing-key")
         self.core.register(req)
         if body.get("stream"):
-            return StreamingResponse(self._stream(req), media_type="text/event-stream")
+            faults = self._faults(req, planned=False)
+            if streams_normally(faults):
+                stream = MockStream(self.core, self.replies, req, faults,
+                                    self.config.incremental_streaming_output, request)
+                return StreamingResponse(stream.events(), media_type="text/event-stream")
         faults = await self._run(request, req)
         if faults:
             return await faulty_response(request, self._result(req, final=True), faults,
@@ -118,9 +122,15 @@ class MockEngine:
                 watcher.cancel()
         return faults
 
-    def _faults(self, req: ReqState) -> tuple[Fault, ...]:
-        """The engine's faults and those the request's directives ask for (logged)."""
-        faults = self.faults + (req.plan.faults if req.plan is not None else ())
+    def _faults(self, req: ReqState, *, planned: bool = True) -> tuple[Fault, ...]:
+        """The engine's faults and those the request's directives ask for (logged);
+        ``planned=False``: read the directives from the prompt (a stream decides how
+        to answer before its completion is planned)."""
+        if planned:
+            asked = req.plan.faults if req.plan is not None else ()
+        else:
+            asked = tuple(self.model.script(req.input_ids).faults)
+        faults = self.faults + asked
         if faults:
             req.log["faults"] = [f.spec for f in faults]
         return faults
@@ -133,25 +143,6 @@ class MockEngine:
                 if not req.finished:
                     self.core.abort(req)
                 return
-
-    async def _stream(self, req: ReqState) -> AsyncIterator[bytes]:
-        interval = max(1, req.sampling_params.get("stream_interval") or 1)
-        last = 0
-        try:
-            async for n in self.core.drive(req):
-                total = len(req.plan.output_ids) if req.plan else 0
-                # cumulative chunks every ``interval`` tokens; the final one comes after
-                for upto in range(last + interval, min(n, total - 1) + 1, interval):
-                    last = upto
-                    chunk = self._result(req, final=False, upto=upto)
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-            self.core.finish(req)
-            yield b"data: " + orjson.dumps(self._result(req, final=True)) + b"\n\n"
-            yield b"data: [DONE]\n\n"
-        finally:
-            if not req.finished:  # client went away: abort, as SGLang does
-                self.core.abort(req)
-                self.core.finish(req)
 
     # -- control ---------------------------------------------------------------------------
     async def abort_request(self, request: Request) -> Response:
@@ -229,6 +220,8 @@ class MockEngine:
             "context_length": cfg.context_length,
             "weight_version": self.core.weight_version,
             "enable_return_routed_experts": cfg.enable_return_routed_experts,
+            "incremental_streaming_output": cfg.incremental_streaming_output,
+            "stream_interval": 1,
             "internal_states": [{"paused": self.core.paused,
                                  "in_flight": len(self.core.in_flight)}],
         })
