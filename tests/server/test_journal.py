@@ -19,8 +19,20 @@ from helpers.support import start_gateway, start_mock
 
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
-from tito.server.journal import FILE, Journal, frame, read_frames
+from tito.server.journal import FILE, Journal, frame
+from tito.server.journal.scan import Damage, frames, mapped
 from tito.types.errors import ConfigError
+
+
+def read_frames(path: Path) -> list[Any]:
+    """The intact frames of a journal file (their arrays copied out of the mapping)."""
+    with mapped(path) as buf:
+        out = []
+        for item in frames(buf):
+            assert not isinstance(item, Damage), item
+            item.arrays = memoryview(bytes(item.arrays))
+            out.append(item)
+        return out
 
 
 async def chat(http: httpx.AsyncClient, sid: str, messages: list[Any]) -> Any:
@@ -236,7 +248,7 @@ async def test_replay_restores_agent_contexts(make_gateway: Any, tmp_path: Path,
         before, out = await contexts_view(http, sid), await all_samples(http, sid)
     assert first.journal is not None
     first.journal.close()
-    headers = [header for _, header, _, _ in read_frames((tmp_path / FILE).read_bytes())]
+    headers = [f.header for f in read_frames(tmp_path / FILE)]
     contexts = [h.get("context", {}).get("id") for h in headers if h["op"] == "turn"]
     assert contexts == [None, "reviewer", "reviewer", "agent-2", "side-3", None]
     assert [r for *_, r in out[0]] == [
@@ -273,10 +285,10 @@ async def test_a_journal_without_contexts_replays_into_the_main_context(
     assert first.journal is not None
     first.journal.close()
     path = tmp_path / FILE
-    old = b""
-    for _, header, payload, _ in read_frames(path.read_bytes()):
-        header.pop("context", None)
-        old += frame(header, np.frombuffer(bytes(payload), dtype=np.uint8))
+    old = path.read_bytes()[:8]
+    for f in read_frames(path):
+        f.header.pop("context", None)
+        old += frame(f.header, np.frombuffer(bytes(f.arrays), dtype=np.uint8), seq=f.seq)
     path.write_bytes(old)
     second: Gateway = make_gateway(journal=str(tmp_path))
     async with asgi_client(second) as http:

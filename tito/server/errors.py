@@ -30,6 +30,7 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.OVER_CAPACITY: 429,
     ErrorKind.INTERNAL: 500,
     ErrorKind.CONFIG: 500,
+    ErrorKind.UNAVAILABLE: 503,
     ErrorKind.ENGINE_FAILED: 502,
     ErrorKind.ENGINE_TIMEOUT: 504,
     ErrorKind.ENGINE_REJECTED: 400,
@@ -45,6 +46,7 @@ TYPE: dict[ErrorKind, str] = {
     ErrorKind.OVER_CAPACITY: "rate_limit_error",
     ErrorKind.INTERNAL: "server_error",
     ErrorKind.CONFIG: "server_error",
+    ErrorKind.UNAVAILABLE: "server_error",
     ErrorKind.ENGINE_FAILED: "server_error",
     ErrorKind.ENGINE_TIMEOUT: "server_error",
 }

@@ -39,6 +39,8 @@ class ErrorKind(StrEnum):
     ENGINE_TIMEOUT = "engine_timeout"
     ENGINE_REJECTED = "engine_rejected"
     """The engine refused the request itself (its own 4xx)."""
+    UNAVAILABLE = "unavailable"
+    """The gateway cannot keep what the request would change now (its journal failed)."""
     CONFIG = "config"
     """A startup configuration error (flags, files); never caused by a request."""
     INTERNAL = "internal"
@@ -134,6 +136,13 @@ class ConfigError(TitoError):
 
     kind = ErrorKind.CONFIG
     code = "invalid_config"
+
+
+class Unavailable(TitoError):
+    """The gateway cannot serve the request now, e.g. its journal can no longer write (503)."""
+
+    kind = ErrorKind.UNAVAILABLE
+    code = "unavailable"
 
 
 class EngineError(TitoError):
