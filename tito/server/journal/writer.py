@@ -56,6 +56,7 @@ class Journal:
         self.report: Any = None
         """The last start's :class:`tito.server.journal.replay.Report`."""
         self._fd: int | None = None
+        self._lock: int | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tito-journal")
         self._pending: list[bytes] = []
         self._entries: list[Entry] = []
@@ -211,9 +212,10 @@ class Journal:
 
     def close(self) -> None:
         self._io.shutdown(wait=True)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in (self._fd, self._lock):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._lock = None
 
     def file_start(self) -> bytes:
         """The start of a new file: the magic and the header frame."""
