@@ -71,10 +71,16 @@ class Journal:
              max_gone: int = 100_000) -> Replayed:
         """Replay the file (recovering past damage), check its header, and compact it when
         it holds damage, an older format or mostly deleted sessions."""
+        from tito.server.journal.lock import take
         from tito.server.journal.startup import load
 
         self.max_gone = max_gone
-        state = load(self, new_session)
+        self._lock = take(self.dir)
+        try:
+            state = load(self, new_session)
+        except BaseException:
+            self.close()
+            raise
         self._seqs = dict(state.seqs)
         for sid in state.gone:
             self._seqs.pop(sid, None)
