@@ -97,7 +97,7 @@ async def test_a_damaged_payload_in_the_middle_costs_only_its_session(
         make_gateway: Any, tmp_path: Path) -> None:
     sids, views = await build(make_gateway, tmp_path)
     path = tmp_path / FILE
-    offset, size = turn_frame_of(path, sids[1])
+    offset, _size = turn_frame_of(path, sids[1])
     patch(path, offset + HEAD.size + 5, b"\xff\xfe")
     report = check(tmp_path)
     assert report.affected.keys() == {sids[1]} and len(report.damage) == 1
@@ -139,7 +139,7 @@ async def test_damage_at_the_head(make_gateway: Any, tmp_path: Path) -> None:
     with a header."""
     sids, views = await build(make_gateway, tmp_path)
     path = tmp_path / FILE
-    first = [f for f in intact(path) if f[3] == "create"][0]
+    first = next(f for f in intact(path) if f[3] == "create")
     assert first[2] == sids[0]
     patch(path, 0, b"\x00garbage" * ((first[0] + first[1]) // 8))
     report = check(tmp_path)
