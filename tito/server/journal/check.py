@@ -2,13 +2,14 @@
 journal folder without starting a gateway. Check reads every frame (mapped, frame by
 frame) and reports intact frames, damaged ranges and the sessions they cost; repair
 rewrites the file as a start would (the intact frames of the sessions that lost none,
-tombstones for the others; the damaged file kept as ``journal.bin.damaged``). Refused
-while a gateway holds the journal.
+tombstones for the others; the damaged file kept as ``journal.bin.damaged``), refused
+while a gateway holds the journal (a check is not: it only reads).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from tito.server.journal.compact import rewrite
@@ -31,7 +32,7 @@ def check(folder: Path, *, repair: bool = False) -> Report:
     from tito.server.journal.writer import Journal
 
     path = folder / FILE
-    with hold(folder), mapped(path) as buf:
+    with hold(folder) if repair else nullcontext(), mapped(path) as buf:
         legacy = is_legacy(buf)
         state = replay(items(buf, legacy), None)
         report = state.report
