@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 from helpers.inproc import asgi_client, new_session
@@ -174,3 +175,20 @@ async def test_a_clean_restart_reports_nothing_and_keeps_the_file(make_gateway: 
     assert health["recovery"] is None and health["ok"]
     assert (tmp_path / FILE).read_bytes() == before  # appended to, not rewritten
     assert not (tmp_path / REPORT).exists()
+
+
+async def test_an_intact_frame_that_does_not_apply_costs_only_its_session(
+        make_gateway: Any, tmp_path: Path) -> None:
+    """A frame that checks out but cannot be applied (written by a gateway with another
+    record layout, say): its session comes back gone, the others as they were."""
+    sids, views = await build(make_gateway, tmp_path)
+    path = tmp_path / FILE
+    offset, size = turn_frame_of(path, sids[3], 1)
+    with mapped(path) as buf:
+        found = next(f for f in frames(buf) if not isinstance(f, Damage) and f.offset == offset)
+        header, arrays, seq = found.header, bytes(found.arrays), found.seq
+    header["record"]["field_of_the_future"] = 1
+    rewritten = frame(header, np.frombuffer(arrays, dtype=np.uint8), seq=seq)
+    raw = path.read_bytes()
+    path.write_bytes(raw[:offset] + rewritten + raw[offset + size :])
+    await restarted(make_gateway, tmp_path, sids, views, {sids[3]})

@@ -112,36 +112,44 @@ def _apply(out: Replayed, item: Frame, new_session: Callable[[str], Session] | N
     op, sid = header.get("op"), header.get("sid") or item.sid
     if op == "header":
         out.report.header = header
+    elif sid is None or sid in out.report.affected:
         return
-    if sid is None or sid in out.report.affected:
-        return
-    if op == "delete":
+    elif op == "delete":
         out.live.pop(sid, None)
         out.index.pop(sid, None)
         out.gone[sid] = header["reason"]
         out.gone.move_to_end(sid)
-        return
-    expected = out.seqs.get(sid, 0)
-    if item.seq >= 0 and item.seq != expected:
-        _drop(out, sid, f"frame {expected} of the session is missing (found {item.seq})")
-        return
-    if op == "create":
+    elif op in ("create", "turn"):
+        expected = out.seqs.get(sid, 0)
+        if item.seq >= 0 and item.seq != expected:
+            _drop(out, sid, f"frame {expected} of the session is missing (found {item.seq})")
+        elif op == "create" or sid in out.index:
+            if _session_frame(out, item, sid, new_session):
+                out.index[sid].append((item.offset, item.size))
+                out.seqs[sid] = expected + 1
+        else:
+            _drop(out, sid, "its creation frame is missing")
+
+
+def _session_frame(out: Replayed, item: Frame, sid: str,
+                   new_session: Callable[[str], Session] | None) -> bool:
+    """Apply a session's creation or turn; False when the turn does not apply."""
+    if item.header["op"] == "create":
         if new_session is not None:
             session = new_session(sid)
-            session.created_at = session.last_active = header["ts"]
+            session.created_at = session.last_active = item.header["ts"]
             out.live[sid] = session
         out.index[sid] = []
-    elif op == "turn":
-        if sid not in out.index:
-            _drop(out, sid, "its creation frame is missing")
-            return
-        if new_session is not None:
-            _turn(out.live[sid], turn_of(header, item.arrays))
-        out.report.turns += 1
-    else:
-        return
-    out.index[sid].append((item.offset, item.size))
-    out.seqs[sid] = expected + 1
+        return True
+    if new_session is not None:
+        try:
+            _turn(out.live[sid], turn_of(item.header, item.arrays))
+        except Exception as exc:  # an intact frame that does not apply
+            _drop(out, sid, f"its frame {item.seq} at byte {item.offset} does not apply "
+                            f"({type(exc).__name__}: {exc})")
+            return False
+    out.report.turns += 1
+    return True
 
 
 def _turn(session: Session, turn: TurnCommit) -> None:
