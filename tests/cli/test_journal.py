@@ -66,3 +66,16 @@ async def test_check_reports_and_repair_repairs(make_gateway: Any, tmp_path: Pat
 def test_a_folder_without_a_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["journal", "check", str(tmp_path)]) == 2
     assert "no journal" in capsys.readouterr().err
+
+
+async def test_check_reads_every_workers_journal(make_gateway: Any, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    await two_sessions(make_gateway, tmp_path / "one")
+    for i in range(2):
+        (tmp_path / "j" / f"worker-{i}").mkdir(parents=True)
+        (tmp_path / "j" / f"worker-{i}" / FILE).write_bytes((tmp_path / "one" / FILE)
+                                                            .read_bytes())
+    assert main(["journal", "check", str(tmp_path / "j"), "--json"]) == 0
+    reports = orjson.loads(capsys.readouterr().out)
+    assert [Path(r["path"]).parent.name for r in reports] == ["worker-0", "worker-1"]
+    assert all(r["turns"] == 2 for r in reports)

@@ -109,7 +109,11 @@ def _tell(journal: Journal, state: Replayed) -> None:
     elif report.header is None and report.size:
         log.warning("journal %s: its header is lost; the configuration could not be "
                     "checked", journal.path)
-    if report.tail is not None:
+    if report.tail is not None and report.legacy:
+        log.error("journal %s: an older journal, unreadable past byte %d (%s): the older "
+                  "format cannot be resynchronised; what follows is dropped", journal.path,
+                  report.tail.start, report.tail.reason)
+    elif report.tail is not None:
         log.warning("journal %s: dropped %d bytes at the end (%s): a write that never "
                     "finished", journal.path, report.tail.end - report.tail.start,
                     report.tail.reason)
