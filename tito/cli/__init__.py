@@ -1,5 +1,5 @@
 """The ``tito`` command line: ``serve``, ``rollout``, ``mock-engine``, ``verify-template``,
-``view``.
+``view``, ``journal``.
 
 One module per subcommand in this package, each with an ``add_arguments(parser)`` /
 ``run(args) -> exit status`` pair, so ``tito X --help`` documents every flag. This is the
@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("tito.cli.rollout",
                 "run an agent over a dataset through the gateway and write training samples"),
     "view": ("tito.cli.view", "open the trajectory viewer on a samples.parquet of `tito rollout`"),
+    "journal": ("tito.cli.journal", "check (and repair) the --journal folder of `tito serve`"),
 }
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tito.server.idempotency import TurnReplies
 from tito.session import Session
+from tito.types.messages import Message
 
 if TYPE_CHECKING:
     from tito.server.anthropic.decode import LastBody as MessagesBody
@@ -47,6 +48,8 @@ class ApiState(LastBodies):
     :data:`MAX_AGENT_BODIES`, the most recent)."""
     responses: ResponseHistory | None = None
     """Responses that ``previous_response_id`` can continue (made at the first one)."""
+    restored_responses: dict[str, list[Message]] = field(default_factory=dict)
+    """Responses a journal replay brought back (the Responses history takes them in)."""
     hosted_warned: set[str] = field(default_factory=set)
     """Hosted tools already logged as left out (one warning per session and tool)."""
 

@@ -27,7 +27,7 @@ from tito.parse.base import stable_call_ids
 from tito.render.base import TemplateRenderer
 from tito.server.api_state import ApiState
 from tito.server.engine_control import EngineControl
-from tito.server.journal import Journal
+from tito.server.journal import Journal, open_journal
 from tito.server.metrics import Metrics
 from tito.server.peers import Peers
 from tito.server.routing_replay import RoutingReplay
@@ -120,9 +120,7 @@ class Gateway:
         """The other workers of ``--workers N`` (checked by ``tito serve``)."""
         self.journal: Journal | None = None
         if config.journal is not None:  # one journal folder per worker
-            self.journal = Journal(config.journal if config.workers == 1 else
-                                   os.path.join(config.journal,
-                                                f"worker-{config.worker_index}"))
+            self.journal = open_journal(config, renderer)
             state = self.journal.load(self._new_session,
                                       max_gone=self.store.max_tombstones)
             self.store.restore(state.live, state.gone)
@@ -150,6 +148,8 @@ class Gateway:
                               side_requests=config.side_requests, api_state=ApiState())
 
     async def create_session(self) -> Session:
+        if self.journal is not None:
+            self.journal.check_writable()  # 503 journal_unavailable once it failed
         session = self.store.create()
         if self.journal is not None:
             try:
@@ -162,6 +162,8 @@ class Gateway:
 
     async def delete_session(self, session_id: str) -> None:
         self.session(session_id)  # another worker's session: 421 naming it
+        if self.journal is not None:
+            self.journal.check_writable()
         durable = self.store.delete(session_id)
         if durable is not None:
             await durable
@@ -280,6 +282,8 @@ class Gateway:
         """Plan the turn (the session is claimed until it is committed or released) and
         settle its engine request; while the engine is paused, wait (held, not failed)."""
         started = time.perf_counter()
+        if self.journal is not None:
+            self.journal.check_writable()  # a turn it could not keep is not run
         plan = await self._plan(session, request) if offload else session.plan(request)
         plan.response_id = response_id
         try:

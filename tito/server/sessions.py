@@ -13,6 +13,7 @@ from tito.server.api import Api
 from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
 from tito.server.http import int_query, json_response, read_body, read_json
+from tito.server.journal import Journal
 from tito.server.samples import samples_payload, samples_query, stored_sizes
 from tito.server.serving import read_turn_body
 from tito.session import TurnSession
@@ -32,14 +33,17 @@ PAGE_ID_BUDGET = 65_536
 
 
 async def health(gateway: Gateway, request: Request) -> Response:
-    """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer; 200
-    ``degraded`` while another worker of ``--workers N`` is down (this one serves)."""
+    """200 ``ok``; 503 ``degraded`` (same body) while the engine does not answer or the
+    journal cannot write; 200 ``degraded`` while another worker of ``--workers N`` is down
+    (this one serves)."""
     engine_error = await gateway.control.engine_state()
     stats = gateway.engine.stats()
     peers = gateway.peers
     if peers is not None:
         await peers.check()
-    degraded = engine_error is not None or (peers is not None and bool(peers.down))
+    journal = gateway.journal
+    ok = engine_error is None and (journal is None or journal.failed is None)
+    degraded = not ok or (peers is not None and bool(peers.down))
     return json_response({
         "status": "degraded" if degraded else "ok",
         "instance_id": gateway.instance_id,
@@ -57,6 +61,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         **({} if peers is None else {"workers": peers.view()}),
+        **({} if journal is None else {"journal": journal_view(journal)}),
         "capabilities": {
             **gateway.renderer.capability_report(),
             "append_only_verified": bool(gateway.self_check.get("passed")),
@@ -64,7 +69,21 @@ async def health(gateway: Gateway, request: Request) -> Response:
             "fast_encoder_state": gateway.renderer.tokenizer.fast_state,
             "self_check": gateway.self_check,
         },
-    }, status=200 if engine_error is None else 503)
+    }, status=200 if ok else 503)
+
+
+def journal_view(journal: Journal) -> dict[str, Any]:
+    """The journal on /health: whether it writes, its size, what the last start found."""
+    report = journal.report
+    return {"ok": journal.failed is None, "error": journal.failed, "path": str(journal.path),
+            "bytes": journal.size, "live_bytes": journal.live_bytes,
+            "compactions": journal.compactions,
+            "recovery": None if report is None or report.clean else {
+                "damaged_ranges": len(report.damage),
+                "affected_sessions": sorted(report.affected),
+                "torn_tail_bytes": 0 if report.tail is None
+                else report.tail.end - report.tail.start,
+                "legacy": report.legacy}}
 
 
 def _pool_view(stats: EngineStats) -> dict[str, Any]:
@@ -83,6 +102,9 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
     if gateway.journal is not None:
         gauges["journal_fsyncs_total"] = gateway.journal.syncs
         gauges["journal_frames_total"] = gateway.journal.frames_written
+        gauges["journal_compactions_total"] = gateway.journal.compactions
+        gauges["journal_bytes"] = gateway.journal.size
+        gauges["journal_failed"] = int(gateway.journal.failed is not None)
     stats = gateway.engine.stats()
     # requests resent after an idle-closed pooled connection (a pool: all its engines')
     gauges["engine_stale_retries_total"] = stats.stale_retries

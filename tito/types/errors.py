@@ -35,7 +35,7 @@ class ErrorKind(StrEnum):
     """A deterministic failure on valid input (e.g. sample assembly)."""
     OVER_CAPACITY = "over_capacity"
     UNAVAILABLE = "unavailable"
-    """What the request needs is down for now (another gateway worker); retry later."""
+    """What the request needs is down for now (another gateway worker, the journal)."""
     ENGINE_FAILED = "engine_failed"
     """The engine failed or answered something unusable."""
     ENGINE_TIMEOUT = "engine_timeout"
@@ -148,6 +148,13 @@ class ConfigError(TitoError):
 
     kind = ErrorKind.CONFIG
     code = "invalid_config"
+
+
+class Unavailable(TitoError):
+    """The gateway cannot serve the request now, e.g. its journal can no longer write (503)."""
+
+    kind = ErrorKind.UNAVAILABLE
+    code = "unavailable"
 
 
 class EngineError(TitoError):

@@ -30,6 +30,9 @@ class ResponseHistory:
         state = ApiState.of(session)
         if state.responses is None:
             state.responses = cls()
+            for response_id, messages in state.restored_responses.items():  # a replay's
+                state.responses.remember(response_id, messages)
+            state.restored_responses = {}
         return state.responses
 
     def remember(self, response_id: str, messages: list[Message]) -> None:
