@@ -1,9 +1,11 @@
 """The tracer: create a session, hand its URL to an agent, collect its samples.
 
-``collect`` is one non-retried ``POST /sessions/<id>/samples`` followed by a ``DELETE``
-in ``finally`` (design §7): a retry could assemble a different trajectory, and a session
-must never outlive its collection. A timeout or transport error during the POST turns
-the trajectory into one ABORTED sample; any other failure raises.
+``collect`` is one ``POST /sessions/<id>/samples`` followed by a ``DELETE`` in
+``finally`` (design §7): a session must never outlive its collection. A timeout or
+transport error during the POST turns the trajectory into one ABORTED sample; any other
+failure raises. Create, collect and delete are sent again when a stale pooled connection
+failed them before the gateway read them (:mod:`tito.client.stale`): a request the
+gateway never ran, not a retry of one it answered.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Self
 import httpx
 import numpy as np
 
+from tito.client.stale import send_idempotent
 from tito.samples import DecodedSamples, Sample, decode_samples
 from tito.types.placement import gateway_for, gateway_of
 
@@ -96,7 +99,7 @@ class SessionTracer:
     async def create(self, key: object = None) -> TracedSession:
         """A new session on one of the gateways (see :meth:`place`)."""
         gateway = self.place(key)
-        resp = await self._client.post(f"{gateway}/sessions")
+        resp = await send_idempotent(self._client, "POST", f"{gateway}/sessions")
         if resp.status_code != 200:
             raise CollectError(f"POST /sessions failed with {resp.status_code}: {resp.text}",
                                status=resp.status_code)
@@ -105,7 +108,7 @@ class SessionTracer:
 
     async def delete(self, session: TracedSession) -> None:
         try:
-            await self._client.delete(session.base_url)
+            await send_idempotent(self._client, "DELETE", session.base_url)
         except httpx.HTTPError as exc:  # the session expires by TTL anyway
             log.warning("DELETE %s failed: %s", session.base_url, exc)
 
@@ -127,7 +130,8 @@ class SessionTracer:
             body["include_response"] = False
         try:
             try:
-                resp = await self._client.post(f"{session.base_url}/samples", json=body)
+                resp = await send_idempotent(self._client, "POST",
+                                             f"{session.base_url}/samples", json=body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if not abort_on_transport_error:
                     raise
