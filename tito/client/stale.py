@@ -15,6 +15,7 @@ Only for requests that are safe to send twice (the tracer's create, collect, del
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -22,14 +23,17 @@ import httpx
 log = logging.getLogger("tito.client")
 
 MAX_STALE_RETRIES = 2
+Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class _Attempt:
     """What httpcore's trace events told about one attempt."""
 
-    __slots__ = ("connected", "responding")
+    __slots__ = ("connected", "outer", "responding")
 
-    def __init__(self) -> None:
+    def __init__(self, outer: Trace | None) -> None:
+        self.outer = outer
+        """The caller's own trace callback (``extensions={"trace": ...}``), told too."""
         self.connected = False
         """A new connection was opened for it (else: a pooled one was reused)."""
         self.responding = False
@@ -40,6 +44,8 @@ class _Attempt:
             self.connected = True
         elif name.endswith(".receive_response_headers.complete"):
             self.responding = True
+        if self.outer is not None:
+            await self.outer(name, info)
 
 
 def never_sent(exc: httpx.HTTPError, attempt: _Attempt) -> bool:
@@ -56,11 +62,13 @@ async def send_idempotent(client: httpx.AsyncClient, method: str, url: str,
                           **kwargs: Any) -> httpx.Response:
     """``client.request(method, url, **kwargs)``, sent again when it failed on a stale
     pooled connection (see the module)."""
+    extensions = dict(kwargs.pop("extensions", None) or {})
+    outer = extensions.get("trace")
     for tries_left in range(MAX_STALE_RETRIES, -1, -1):
-        attempt = _Attempt()
+        attempt = _Attempt(outer)
         try:
-            return await client.request(method, url, extensions={"trace": attempt.trace},
-                                         **kwargs)
+            return await client.request(method, url, **kwargs,
+                                         extensions={**extensions, "trace": attempt.trace})
         except httpx.HTTPError as exc:
             if tries_left == 0 or not never_sent(exc, attempt):
                 raise
