@@ -149,3 +149,11 @@ def test_gateway_overhead_profiles_both_servers(tmp_path: Path) -> None:
                         str(tmp_path / "spy.txt"), tmp_path=tmp_path)
     assert "where the gateway's extra time goes" in out
     assert (tmp_path / "spy.txt.proxy").is_file()
+
+
+def test_keepalive_soak_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("keepalive_soak.py", "--requests", "20", "--clients", "4", "--gap",
+                        "0.05", "0.1", "--keepalive", "75", "--resend", tmp_path=tmp_path)
+    assert "keep-alive soak" in out
+    for label in ("client errors", "reused after < 5 s idle", "connections"):
+        assert label in out, label

@@ -59,7 +59,7 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
     retry = RetryKey.of(request, raw)
     replies = ApiState.of(session).replies
     answer = await replies.replay(retry) if retry.may_repeat else None
-    if answer is not None:
+    if answer is not None and not isinstance(answer, TurnOutcome):  # not a streamed one
         gateway.metrics.inc("idempotent_replays_total")
         return answer
     running = replies.start(retry)
