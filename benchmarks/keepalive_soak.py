@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import sys
 import time
@@ -44,7 +45,7 @@ from _paths import QWEN3_DIR
 from _processes import start_gateway, start_mock
 from _tables import fmt, print_table
 
-from tito.client.stale import send_idempotent
+from tito.client.stale import MAX_STALE_RETRIES, send_idempotent
 
 CLIENT_EXPIRY = 5.0
 """httpx's (and the SDKs') keep-alive expiry: connections idle longer are not reused."""
@@ -75,6 +76,20 @@ class Tally:
     connections: int = 0
     exposed: int = 0
     """Requests sent on a reused connection after an idle gap under CLIENT_EXPIRY."""
+    resent: int = 0
+    """Requests ``--resend`` sent again (a stale pooled connection failed them)."""
+
+
+class Resends(logging.Handler):
+    """Counts the client library's "sending it again" log lines."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__(logging.INFO)
+        self.tally = tally
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "sending it again" in record.getMessage():
+            self.tally.resent += 1
 
 
 class Client:
@@ -149,6 +164,9 @@ async def run_client(client: Client, n: int, gap: tuple[float, float],
 
 async def soak(url: str, args: argparse.Namespace) -> tuple[Tally, float]:
     tally = Tally()
+    client_log = logging.getLogger("tito.client")
+    client_log.setLevel(logging.INFO)
+    client_log.addHandler(Resends(tally))
     rng = random.Random(args.seed)
     per, extra = divmod(args.requests, args.clients)
     clients = [Client(url, tally, args.resend) for _ in range(args.clients)]
@@ -175,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             errors = sum(tally.errors.values())
             rows.append([f"{keepalive:g}", tally.requests, errors,
                          fmt(100 * errors / max(1, tally.requests), 3), tally.connections,
-                         tally.exposed, fmt(wall, 0)])
+                         tally.exposed, tally.resent if args.resend else "-", fmt(wall, 0)])
             figures.append({"keepalive_timeout": keepalive, "requests": tally.requests,
                             "errors": dict(tally.errors), "connections": tally.connections,
-                            "exposed": tally.exposed, "wall_s": wall})
+                            "exposed": tally.exposed, "resent": tally.resent,
+                            "wall_s": wall})
             for kind, count in tally.errors.most_common(5):
                 print(f"  keep-alive {keepalive:g} s: {count} x {kind}")
     finally:
@@ -187,9 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     print_table(f"keep-alive soak: {args.clients} clients, one request every {gap}"
                 + (", idempotent requests resent" if args.resend else ""),
                 ["gateway keep-alive (s)", "requests", "client errors", "error %",
-                 "connections", "reused after < 5 s idle", "wall (s)"], rows,
+                 "connections", "reused after < 5 s idle", "resent", "wall (s)"], rows,
                 caption="clients: httpx.AsyncClient, default limits (5 s keep-alive "
-                        "expiry), no retries")
+                        "expiry), no retries"
+                + (f" (but --resend's, at most {MAX_STALE_RETRIES} per request)"
+                   if args.resend else ""))
     if args.json is not None:
         args.json.write_text(json.dumps({"clients": args.clients, "gap": args.gap,
                                          "resend": args.resend, "runs": figures}, indent=1))

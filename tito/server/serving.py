@@ -1,6 +1,7 @@
 """The serving steps every API's turn route takes (design §3.2; the route itself is
 :mod:`tito.server.adapter`): read a turn's body, run the turn with idempotent retries and
-disconnect handling, or open it as a stream of text deltas.
+disconnect handling, or open it as a stream of text deltas (with the same retries: a
+retried stream replays the committed turn's outcome).
 """
 
 from __future__ import annotations
