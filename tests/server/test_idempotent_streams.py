@@ -196,7 +196,8 @@ async def until_held(http: httpx.AsyncClient, n: int) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("door", list(DOORS))
+@pytest.mark.parametrize("door", ["chat", *(pytest.param(d, marks=pytest.mark.slow)
+                                             for d in ("messages", "responses"))])
 async def test_a_stream_retry_waits_for_the_running_turn(gateways: tuple[Proc, Proc],
                                                          door: str) -> None:
     engine, gateway = gateways
