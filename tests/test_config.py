@@ -64,6 +64,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "max_json_depth": ({"max_json_depth": 2}, ["--max-json-depth must be in [4, 512]"]),
     "default_max_tokens": ({"default_max_tokens": 0}, ["--default-max-tokens must be"]),
     "stream_interval": ({"stream_interval": 0}, ["--stream-interval must be at least 1"]),
+    "keepalive_timeout": ({"keepalive_timeout": 0.0}, ["--keepalive-timeout must be above 0"]),
     "routing_replay_retract": ({"routing_replay": True, "indexer_replay": True},
                                ["--routing-replay and --indexer-replay",
                                 "--pause-generation-mode retract",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -69,3 +70,35 @@ async def test_a_failed_start_stops_the_mock_engine_it_spawned(qwen3_dir: Path) 
 async def test_config_errors_come_before_anything_starts(qwen3_dir: Path) -> None:
     with pytest.raises(ConfigError, match="--engine sglang needs --engine-url"):
         await start_stack(config(qwen3_dir, engine_url=None))
+
+
+async def idle_connection_closed(url: str, wait: float) -> bool:
+    """Whether the server closes an idle keep-alive connection within ``wait`` seconds."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        try:
+            return await asyncio.wait_for(reader.read(), wait) == b""
+        except TimeoutError:
+            return False
+    finally:
+        writer.close()
+
+
+async def test_idle_client_connections_are_kept_keepalive_timeout(qwen3_dir: Path) -> None:
+    """`--keepalive-timeout` is the server's idle-connection timeout; its default outlives
+    the clients' 5 s (httpx, openai and anthropic SDKs)."""
+    assert ServerConfig.keepalive_timeout > 15
+    short = await start_stack(config(qwen3_dir, keepalive_timeout=0.2))
+    default = await start_stack(config(qwen3_dir))
+    try:
+        assert await idle_connection_closed(short.url, 30)
+        assert not await idle_connection_closed(default.url, 1)
+    finally:
+        await short.close()
+        await default.close()

@@ -90,6 +90,10 @@ class ServerConfig:
     gateway's own (``*``: any); None: only its own."""
     access_log: bool = False
     """One log line per HTTP request (uvicorn's access log)."""
+    keepalive_timeout: float = 75.0
+    """Seconds an idle client connection is kept open (uvicorn's ``timeout_keep_alive``),
+    well above the 5 s after which httpx and the openai/anthropic SDKs drop theirs (and
+    aiohttp's 15 s): a client never reuses a connection the gateway is closing."""
     ui: bool = True
     """Serve the trajectory viewer at ``/ui`` (``--no-ui``: 404)."""
     log_level: str = "info"
@@ -253,6 +257,8 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--default-max-tokens must be at least 1"),
     Rule("stream_interval", lambda c: c.stream_interval < 1,
          lambda c: "--stream-interval must be at least 1"),
+    Rule("keepalive_timeout", lambda c: not c.keepalive_timeout > 0,
+         lambda c: "--keepalive-timeout must be above 0"),
     Rule("routing_replay_retract", lambda c: c.replay
          and c.pause_generation_mode == "retract",
          lambda c: f"{_replay_flags(c)} with --pause-generation-mode retract requests the "

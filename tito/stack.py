@@ -155,7 +155,8 @@ async def start_stack(config: ServerConfig, *, handle_signals: bool = False) -> 
         gateway = await asyncio.to_thread(build_gateway, config, engine=engine)
         server = AppServer(create_app(gateway), sock, log_level=config.log_level,
                            access_log=config.access_log, handle_signals=handle_signals,
-                           timeout_graceful_shutdown=5)
+                           timeout_graceful_shutdown=5,
+                           timeout_keep_alive=config.keepalive_timeout)
         await server.start()
     except BaseException:
         sock.close()

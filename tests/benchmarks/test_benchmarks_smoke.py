@@ -163,3 +163,11 @@ def test_stream_cpu_tiny(tmp_path: Path) -> None:
     out = run_benchmark("stream_cpu.py", "--lengths", "64", "256", "--repeat", "1",
                         tmp_path=tmp_path)
     assert "gateway CPU per streamed token" in out
+
+
+def test_keepalive_soak_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("keepalive_soak.py", "--requests", "20", "--clients", "4", "--gap",
+                        "0.05", "0.1", "--keepalive", "75", "--resend", tmp_path=tmp_path)
+    assert "keep-alive soak" in out
+    for label in ("client errors", "reused after < 5 s idle", "connections"):
+        assert label in out, label

@@ -19,6 +19,8 @@ from tito.cli import main
       "--family", "qwen3"], "--chat-template is only allowed with --family default"),
     (["--engine-url", "http://x", "--tokenizer", ".", "--max-seq-len", "1"],
      "--max-seq-len must be at least 2"),
+    (["--engine-url", "http://x", "--tokenizer", ".", "--keepalive-timeout", "0"],
+     "--keepalive-timeout must be above 0"),
     (["--engine-url", "http://x", "--tokenizer", "/nonexistent"], "does not exist"),
     (["--engine-url", "http://x", "--tokenizer", "{qwen3}", "--family", "qwen3",
       "--message-matcher", "nope"], "unknown message matcher 'nope'"),

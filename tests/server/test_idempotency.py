@@ -14,6 +14,7 @@ from helpers.inproc import new_session
 
 from tito.net import AppServer, bind_tcp
 from tito.server.app import create_app
+from tito.server.idempotency import RetryKey, TurnReplies
 from tito.types.errors import EngineError
 
 BODY = {"messages": [{"role": "user", "content": "hello"}]}
@@ -124,3 +125,37 @@ async def test_sdk_timeout_and_retry_end_to_end(make_gateway: Any, stream: bool)
         await sdk.close()
     finally:
         await server.stop()
+
+
+def retry_key(body: bytes, key: str | None = None, sdk_retry: bool = False) -> RetryKey:
+    return RetryKey(key, (len(body), "/r", hash(body)), sdk_retry)
+
+
+async def test_a_retry_waiting_for_a_cancelled_turn_runs_anew() -> None:
+    """The turn it waits for is cancelled (its client left): the retry gets None (run it
+    as a new turn), not the other request's cancellation."""
+    replies = TurnReplies()
+    first = retry_key(b"a", "k")
+    running = replies.start(first)
+    waiting = asyncio.create_task(replies.replay(retry_key(b"a", "k")))
+    await asyncio.sleep(0)
+    replies.finish(first, running, None, asyncio.CancelledError())
+    assert await waiting is None and replies.running == []
+
+
+async def test_every_concurrent_turn_is_tracked_and_remembered() -> None:
+    """Three turns at once (a v2 session): each retry waits for its own, and all three
+    answers are remembered after; a v1 session (one at a time) remembers its last."""
+    replies = TurnReplies()
+    keys = [retry_key(b"%d" % i, f"k{i}") for i in range(3)]
+    futures = [replies.start(k) for k in keys]
+    waiting = [asyncio.create_task(replies.replay(retry_key(b"%d" % i, f"k{i}")))
+               for i in range(3)]
+    for i in (2, 0, 1):
+        replies.finish(keys[i], futures[i], f"answer {i}", None)
+    assert await asyncio.gather(*waiting) == ["answer 0", "answer 1", "answer 2"]
+    assert [await replies.replay(k) for k in keys] == ["answer 0", "answer 1", "answer 2"]
+    one = TurnReplies()
+    for i in range(3):
+        one.finish(keys[i], one.start(keys[i]), f"answer {i}", None)
+    assert [await one.replay(k) for k in keys] == [None, None, "answer 2"]

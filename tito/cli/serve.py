@@ -102,6 +102,10 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                         "only its own (same scheme, host and port)")
     p.add_argument("--access-log", action="store_true",
                    help="log one line per HTTP request (method, path, status)")
+    p.add_argument("--keepalive-timeout", type=float, default=75.0, metavar="S",
+                   help="seconds an idle client connection is kept open (above the 5 s "
+                        "after which httpx and the openai/anthropic SDKs drop theirs, so "
+                        "none reuses a connection the gateway is closing)")
     p.add_argument("--no-ui", action="store_true",
                    help="do not serve the trajectory viewer at /ui (404)")
     p.add_argument("--log-level", default="info",
@@ -190,6 +194,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine_timeout=args.engine_timeout, stream_interval=args.stream_interval,
         served_model_name=args.served_model_name,
         strict_template=args.strict_template, access_log=args.access_log, ui=not args.no_ui,
+        keepalive_timeout=args.keepalive_timeout,
         journal=args.journal, api_key=args.api_key or os.environ.get("TITO_API_KEY") or None,
         allowed_hosts=None if args.allowed_hosts is None else
         tuple(args.allowed_hosts.split(",")),

@@ -1,9 +1,11 @@
 """The tracer: create a session, hand its URL to an agent, collect its samples.
 
-``collect`` is one non-retried ``POST /sessions/<id>/samples`` followed by a ``DELETE``
-in ``finally`` (design §7): a retry could assemble a different trajectory, and a session
-must never outlive its collection. A timeout or transport error during the POST turns
-the trajectory into one ABORTED sample; any other failure raises.
+``collect`` is one ``POST /sessions/<id>/samples`` followed by a ``DELETE`` in
+``finally`` (design §7): a session must never outlive its collection. A timeout or
+transport error during the POST turns the trajectory into one ABORTED sample; any other
+failure raises. Create, collect and delete are sent again when a stale pooled connection
+failed them before the gateway read them (:mod:`tito.client.stale`): a request the
+gateway never ran, not a retry of one it answered.
 
 Over the workers of ``tito serve --workers N`` (whose supervisor restarts a worker that
 dies), the tracer works around a dead worker: a new session whose worker refuses the
@@ -27,6 +29,7 @@ from typing import Any, Self
 import httpx
 import numpy as np
 
+from tito.client.stale import send_idempotent
 from tito.samples import DecodedSamples, Sample, decode_samples
 from tito.types.placement import gateway_for, gateway_of
 
@@ -133,7 +136,7 @@ class SessionTracer:
         candidates = self._candidates(self.place(key))
         for gateway in candidates:
             try:
-                resp = await self._client.post(f"{gateway}/sessions")
+                resp = await send_idempotent(self._client, "POST", f"{gateway}/sessions")
             except httpx.TransportError as exc:
                 if gateway == candidates[-1]:
                     raise
@@ -151,7 +154,7 @@ class SessionTracer:
 
     async def delete(self, session: TracedSession) -> None:
         try:
-            await self._client.delete(session.base_url)
+            await send_idempotent(self._client, "DELETE", session.base_url)
         except httpx.HTTPError as exc:  # the session expires by TTL anyway
             log.warning("DELETE %s failed: %s", session.base_url, exc)
 
@@ -194,7 +197,8 @@ class SessionTracer:
         deadline = time.monotonic() + self.worker_wait
         while True:
             try:
-                return await self._client.post(f"{session.base_url}/samples", json=body)
+                return await send_idempotent(self._client, "POST",
+                                             f"{session.base_url}/samples", json=body)
             except WAIT_FOR as exc:
                 if time.monotonic() + RETRY_EVERY_S > deadline:
                     if not self.worker_wait:

@@ -15,7 +15,10 @@ The skeleton, for ``POST /sessions/<id>/<the API's path>``:
    (:func:`tito.server.unsupported.note_unenforced`);
 3. unstreamed: run the turn with idempotent retries and disconnect handling
    (:func:`tito.server.serving.run_api_turn`) and send :meth:`TurnAdapter.reply` as JSON;
-   streamed: open the turn's stream (refusals are still ordinary error replies) and send
+   streamed: open the turn's stream with the same idempotent retries (a retry replays the
+   committed turn's outcome through the same hook,
+   :func:`tito.server.serving.open_turn_stream`; refusals are still ordinary error
+   replies) and send
    :meth:`TurnAdapter.events` as server-sent events, framed here: an error after the first
    byte becomes :meth:`TurnAdapter.error_event`, and the engine request is aborted when the
    stream stops early.
@@ -163,10 +166,11 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     def reply(outcome: TurnOutcome) -> B:
         return adapter.reply(ctx, turn, outcome, response_id)
 
-    if turn.stream:
+    if turn.stream:  # a replayed stream is the committed turn's, under its response id
         stream = await cancel_on_disconnect(request, open_turn_stream(
-            gateway, session, turn.turn, turn.params, offload=offload,
+            gateway, request, session, raw, turn.turn, turn.params, offload=offload,
             response_id=response_id, route=route_of(request)))
+        response_id = stream.response_id
         events = adapter.events(ctx, turn, stream, response_id, reply)
         return sse_response(framed(events, stream))
     body = await run_api_turn(gateway, request, session, raw, turn.turn, turn.params,

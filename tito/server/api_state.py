@@ -42,7 +42,7 @@ class ApiState(LastBodies):
     """Its own :class:`LastBodies` are those of requests that name no agent."""
 
     replies: TurnReplies = field(default_factory=TurnReplies)
-    """The running and the last answered turn (idempotent retries)."""
+    """The running and the last answered turns (idempotent retries)."""
     named_bodies: dict[str, LastBodies] = field(default_factory=dict)
     """The last bodies of each agent a request's headers named (at most
     :data:`MAX_AGENT_BODIES`, the most recent)."""

@@ -4,21 +4,28 @@ retries instead of a second generation.
 A request is a *retry* when it carries an ``Idempotency-Key`` header equal to that of the
 turn it repeats, or the OpenAI/Anthropic SDKs' ``x-stainless-retry-count`` above 0 with a
 body byte-identical to it. If that turn is still running, the retry waits for it (instead
-of 409); if it was answered, the retry gets the same answer again; if it failed, the retry
-runs as a new turn. One answered turn per session is remembered (the latest), which is the
-only one an SDK retries.
+of 409); if it was answered, the retry gets the same answer again (a streamed turn's
+answer is its committed outcome, streamed again); if it failed, the retry runs as a new
+turn. Every running turn is tracked (a v2 session runs several at once); the answers
+remembered are the latest, as many as the most turns the session has run at once (at
+most :data:`MAX_ANSWERED`): a v1 session remembers its last answer, the only one an SDK
+retries.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from xxhash import xxh3_128_intdigest
 
 from tito.types.errors import ErrorKind, TitoError
+
+MAX_ANSWERED = 64
+"""Answers a session remembers at most (one per turn it has run at once)."""
 
 
 class KeyReused(TitoError):
@@ -66,43 +73,53 @@ class RetryKey:
         return self.sdk_retry and self.digest == other.digest
 
 
+class TurnGone(Exception):
+    """A running turn that ended without an answer because it was cancelled (its client
+    left): a retry waiting for it runs as a new turn."""
+
+
 @dataclass
 class TurnReplies:
-    """Per session: the running turn and the last answered one, by their retry keys."""
+    """Per session: the running turns and the last answered ones, by their retry keys."""
 
-    running: tuple[RetryKey, asyncio.Future[Any]] | None = None
-    answered: tuple[RetryKey, Any] | None = None
+    running: list[tuple[RetryKey, asyncio.Future[Any]]] = field(default_factory=list)
+    answered: deque[tuple[RetryKey, Any]] = field(default_factory=lambda: deque(maxlen=1))
+    """The latest answers, the newest last."""
 
     async def replay(self, retry: RetryKey) -> Any | None:
         """The answer ``retry`` should get again (waiting for its turn if it runs), else
         None: run it as a new turn."""
-        if self.running is not None and retry.repeats(self.running[0]):
-            future = self.running[1]
-            try:
-                return await asyncio.shield(future)
-            except Exception:  # that turn failed: the retry runs as a new one
-                return None
-        if self.answered is not None and retry.repeats(self.answered[0]):
-            return self.answered[1]
+        for key, future in list(self.running):
+            if retry.repeats(key):
+                try:
+                    return await asyncio.shield(future)
+                except Exception:  # that turn failed: the retry runs as a new one
+                    return None
+        for key, answer in reversed(self.answered):
+            if retry.repeats(key):
+                return answer
         return None
 
     def start(self, retry: RetryKey) -> asyncio.Future[Any]:
-        """The answer-to-be of a request about to run its turn. While another turn runs,
-        this one will be refused (409) and is not registered."""
+        """The answer-to-be of a request about to run its turn (tracked until
+        :meth:`finish`, also when the session refuses it: a retry then runs anew)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.running is None:
-            self.running = (retry, future)
+        self.running.append((retry, future))
+        if len(self.running) > (self.answered.maxlen or 0) and \
+                len(self.running) <= MAX_ANSWERED:
+            self.answered = deque(self.answered, maxlen=len(self.running))
         return future
 
     def finish(self, retry: RetryKey, future: asyncio.Future[Any], answer: Any | None,
                error: BaseException | None) -> None:
-        if self.running is not None and self.running[1] is future:
-            self.running = None
+        """``future``'s turn ended: with ``answer``, or failed with ``error``."""
+        self.running = [entry for entry in self.running if entry[1] is not future]
         if error is not None:
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(error if isinstance(error, Exception) else
+                                     TurnGone(f"the turn ended: {error!r}"))
                 future.exception()  # retrieved: no "never retrieved" warning if unawaited
             return
-        self.answered = (retry, answer)
+        self.answered.append((retry, answer))
         if not future.done():
             future.set_result(answer)

@@ -1,14 +1,17 @@
 """The serving steps every API's turn route takes (design §3.2; the route itself is
 :mod:`tito.server.adapter`): read a turn's body, run the turn with idempotent retries and
-disconnect handling, or open it as a stream of text deltas.
+disconnect handling, or open it as a stream of text deltas (with the same retries: a
+retried stream replays the committed turn's outcome).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -18,7 +21,7 @@ from tito.parse.stream import Delta, DeltaStream, Parse
 from tito.server.api_state import ApiState
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, read_body
-from tito.server.idempotency import RetryKey
+from tito.server.idempotency import RetryKey, TurnGone, TurnReplies
 from tito.session import Session
 from tito.types.engine import SamplingParams, StreamChunk
 from tito.types.errors import TitoError
@@ -57,7 +60,7 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
     retry = RetryKey.of(request, raw)
     replies = ApiState.of(session).replies
     answer = await replies.replay(retry) if retry.may_repeat else None
-    if answer is not None:
+    if answer is not None and not isinstance(answer, TurnOutcome):  # not a streamed one
         gateway.metrics.inc("idempotent_replays_total")
         return answer
     running = replies.start(retry)
@@ -136,17 +139,52 @@ class TurnStream:
         await self.events.aclose()
 
 
-async def open_turn_stream(gateway: Gateway, session: Session, turn: TurnRequest,
-                           params: SamplingParams, *, offload: bool,
+async def open_turn_stream(gateway: Gateway, request: Request, session: Session, raw: bytes,
+                           turn: TurnRequest, params: SamplingParams, *, offload: bool,
                            response_id: str, route: str = "") -> TurnStream:
-    events = gateway.run_turn_stream(session, turn, params, offload=offload,
-                                     response_id=response_id)
+    """The turn's stream once its first event arrived; a retry of a running or answered
+    streamed turn (as :func:`run_api_turn` tells them) is that turn's committed outcome,
+    streamed again under its response id (waiting for it while it runs)."""
+    retry = RetryKey.of(request, raw)
+    replies = ApiState.of(session).replies
+    answer = await replies.replay(retry) if retry.may_repeat else None
+    if isinstance(answer, TurnOutcome):
+        gateway.metrics.inc("idempotent_replays_total")
+        return TurnStream(no_events(), answer, answer.response_id or response_id, gateway,
+                          route)
+    running = replies.start(retry)
+    events = tracked(replies, retry, running, gateway.run_turn_stream(
+        session, turn, params, offload=offload, response_id=response_id))
     try:
         first = await anext(events)
     except BaseException:
         await events.aclose()
         raise
     return TurnStream(events, first, response_id, gateway, route)
+
+
+async def tracked(replies: TurnReplies, retry: RetryKey, running: asyncio.Future[Any],
+                  events: AsyncGenerator[StreamChunk | TurnOutcome, None]
+                  ) -> AsyncGenerator[StreamChunk | TurnOutcome, None]:
+    """``events``, with the turn's committed outcome (or its failure, or its stop by a
+    client that left) told to ``replies`` as soon as it is known."""
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, TurnOutcome):
+                    replies.finish(retry, running, event, None)
+                yield event
+    except BaseException as exc:
+        replies.finish(retry, running, None, exc)
+        raise
+    if not running.done():
+        replies.finish(retry, running, None, TurnGone("the stream ended without an outcome"))
+
+
+async def no_events() -> AsyncGenerator[StreamChunk | TurnOutcome, None]:
+    """The rest of a replayed turn's stream: nothing (its outcome is its first event)."""
+    return
+    yield  # an async generator
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
