@@ -149,3 +149,10 @@ def test_gateway_overhead_profiles_both_servers(tmp_path: Path) -> None:
                         str(tmp_path / "spy.txt"), tmp_path=tmp_path)
     assert "where the gateway's extra time goes" in out
     assert (tmp_path / "spy.txt.proxy").is_file()
+
+
+@pytest.mark.parametrize("policy", ["keep", "refuse"])
+def test_soak_tiny(tmp_path: Path, policy: str) -> None:
+    out = run_benchmark("soak.py", "--sessions", "6", "--turns", "6", "--cut-share", "0.4",
+                        "--", "--after-length-cut", policy, tmp_path=tmp_path)
+    assert "turns committed vs turns in samples" in out and "OK" in out
