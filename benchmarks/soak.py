@@ -4,8 +4,8 @@ Starts ``tito mock-engine`` and ``tito serve`` (Qwen3 tokenizer, family qwen3, t
 given after ``--``), then runs S sessions of T turns each, C sessions at a time, over
 plain HTTP (httpx): a session speaks one door (OpenAI chat, Anthropic Messages or OpenAI
 Responses, in turn), each turn is streamed or not at random, and about ``--cut-share`` of
-the turns are cut by their token limit (``LONG`` with a smaller ``max_tokens``); the others
-answer a ``SAY``. The client replays each reply as the API returned it (rebuilt from the
+the turns but the first and the last are cut by their token limit (``LONG`` with a smaller
+``max_tokens``); the others answer a ``SAY``. The client replays each reply as the API returned it (rebuilt from the
 stream events when streamed). After its last turn a session collects its samples, checks
 them (:func:`tito.client.checks.sample_violations`; one sample whose ``lifecycle`` has
 one segment per committed turn, whose ``length_cut_turns`` are the turns the client saw
@@ -89,7 +89,12 @@ def _error_code(resp: httpx.Response) -> str | None:
     except ValueError:
         return None
     error = body.get("error") if isinstance(body, dict) else None
-    return error.get("code") or error.get("type") if isinstance(error, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message = str(error.get("message") or "")
+    if not error.get("code") and message.startswith("["):  # Anthropic: "[code] message"
+        return message[1 : message.find("]")]
+    return error.get("code") or error.get("type")
 
 
 async def chat_turn(http: httpx.AsyncClient, base: str, history: list[dict[str, Any]],
@@ -219,7 +224,9 @@ async def run_session(http: httpx.AsyncClient, url: str, index: int, args: argpa
     conv = Conversation(http, f"{url}/sessions/{sid}", door)
     try:
         while conv.turns < args.turns:
-            cut = rng.random() < args.cut_share and conv.turns < args.turns - 1
+            # never the first turn (a retry of it under refuse would open another
+            # conversation: another agent context) nor the last
+            cut = rng.random() < args.cut_share and 0 < conv.turns < args.turns - 1
             user, stream = _user(rng, cut), rng.random() < 0.5
             reply = await conv.send(user, CUT_AT if cut else None, stream)
             tally.statuses[reply.status] += 1

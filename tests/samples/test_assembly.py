@@ -243,7 +243,7 @@ def test_aborted_turn_ends_the_trajectory() -> None:
 
 
 def test_turns_after_a_length_cut_are_merged() -> None:
-    """A ``length`` cut does not end the trajectory (design §10): the cut turn's ids train,
+    """A ``length`` cut does not end the trajectory (design §5.6): the cut turn's ids train,
     the closing id the next turn's bridge starts with does not, and the metadata lists
     the cut turn; the status is the last turn's."""
     records = chain([Turn([1, 2], [3], [-0.5]),

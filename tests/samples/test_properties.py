@@ -140,7 +140,7 @@ def test_any_sample_is_a_consistent_snapshot_prefix(
     kept = len(sample.weight_versions)
     assert kept == len(sample.metadata["lifecycle"])
     assert traj.gap is None or kept <= traj.gap
-    if kept > 1:  # only an aborted turn ends the trajectory early (design §10)
+    if kept > 1:  # only an aborted turn ends the trajectory early (design §5.6)
         assert all(r.finish_reason != "abort" for r in records[: kept - 1])
     ended = next((k for k, r in enumerate(records) if r.finish_reason == "abort"),
                  len(records) - 1)

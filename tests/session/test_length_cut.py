@@ -1,4 +1,4 @@
-"""Turns after a length cut (design §10) on the real qwen3 renderer, one rule in v1 and v2
+"""Turns after a length cut (design §5.6) on the real qwen3 renderer, one rule in v1 and v2
 and inside agent contexts: ``keep`` extends the cut reply and the sample holds every turn
 (the cut reply trains, the closing token the template adds is bridge); ``refuse`` is 409
 ``truncated_generation`` at planning time, with the session exactly as before."""

@@ -11,7 +11,7 @@ Steps, each a small pure function:
    and every later turn is dropped;
 4. **merge**: concatenate the kept turns, stopping after an aborted turn and before a
    turn that would open an R3 gap. A turn cut by ``finish_reason=length`` does not end
-   the trajectory (design §10): the turns after it are merged, its generated ids train
+   the trajectory (design §5.6): the turns after it are merged, its generated ids train
    like any others, and the closing token the next turn's template put after it is a
    bridge id (never generated, loss mask 0); ``metadata["length_cut_turns"]`` lists it;
 5. **build** the sample (mask, logprobs, R3, status from the last kept turn, weight

@@ -132,7 +132,7 @@ def match_len(matcher: Matcher, stored: list[Message], request: list[Message],
 
 
 def check_after_cut(record: TurnRecord, after_length_cut: str, what: str, hint: str) -> None:
-    """The rule for a turn after a length cut (design §10), the same in v1 and v2:
+    """The rule for a turn after a length cut (design §5.6), the same in v1 and v2:
     ``keep`` extends a reply cut by ``finish_reason=length`` (its sample holds every
     turn); ``refuse`` (the reference framework's rule) is 409 ``truncated_generation``
     here, before the engine is called and before anything changes."""
