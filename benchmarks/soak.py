@@ -283,8 +283,10 @@ async def check_samples(http: httpx.AsyncClient, url: str, sid: str, conv: Conve
 async def run(url: str, args: argparse.Namespace) -> tuple[Tally, float]:
     tally = Tally()
     semaphore = asyncio.Semaphore(args.concurrency)
+    # idle connections expire before the server's 5 s keep-alive closes them (no race
+    # between a reused connection and the server's close)
     limits = httpx.Limits(max_connections=args.concurrency * 2,
-                          max_keepalive_connections=args.concurrency * 2)
+                          max_keepalive_connections=args.concurrency * 2, keepalive_expiry=2.0)
 
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         async def one(index: int) -> None:
