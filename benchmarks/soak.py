@@ -4,17 +4,18 @@ Starts ``tito mock-engine`` and ``tito serve`` (Qwen3 tokenizer, family qwen3, t
 given after ``--``), then runs S sessions of T turns each, C sessions at a time, over
 plain HTTP (httpx): a session speaks one door (OpenAI chat, Anthropic Messages or OpenAI
 Responses, in turn), each turn is streamed or not at random, and about ``--cut-share`` of
-the turns but the first and the last are cut by their token limit (``LONG`` with a smaller
-``max_tokens``); the others answer a ``SAY``. The client replays each reply as the API returned it (rebuilt from the
-stream events when streamed). After its last turn a session collects its samples, checks
-them (:func:`tito.client.checks.sample_violations`; one sample whose ``lifecycle`` has
-one segment per committed turn, whose ``length_cut_turns`` are the turns the client saw
-cut and whose status is the last turn's) and deletes itself.
+the turns but the first and the last are cut by their token limit (``LONG`` with a
+smaller ``max_tokens``); the others answer a ``SAY``. The client replays each reply as
+the API returned it (rebuilt from the stream events when streamed). After its last turn a
+session collects its samples, checks them (:func:`tito.client.checks.sample_violations`;
+one sample whose ``lifecycle`` has one segment per committed turn, whose
+``length_cut_turns`` are the turns the client saw cut and whose status is the last
+turn's) and deletes itself.
 
 Asserted (exit status 1 otherwise): turns committed == turns in samples, no TITO
 violation, no unexpected answer (any non-200 under ``keep``; under ``--after-length-cut
 refuse`` only 409 ``truncated_generation``, after which the client retries the cut turn
-with a ``SAY``) and no answer >= 500.
+with another draw) and no answer >= 500.
 
     python benchmarks/soak.py                                 # 300 sessions x 30 turns, C=32
     python benchmarks/soak.py --sessions 30 --turns 10        # a quick check

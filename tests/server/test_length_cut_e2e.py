@@ -149,3 +149,25 @@ def test_refuse_is_409_before_the_engine_and_changes_nothing(
     samples = decode_samples(resp.content).samples
     assert any(len(s.metadata["lifecycle"]) == 2 and s.status == "completed"
                for s in samples)
+
+
+@pytest.mark.parametrize("policy", ["keep", "refuse"])
+async def test_demo_agent_under_either_rule(gateways: dict[tuple[str, str], Proc],
+                                            policy: str) -> None:
+    """The demo agent: under ``keep`` it goes on after a cut reply and the sample holds
+    every turn; under ``refuse`` its episode ends at the cut (told by the 409)."""
+    from tito.client.agent import generate
+    from tito.client.tracer import SessionTracer
+    from tito.examples import calculator_agent as demo
+
+    prompt = [{"role": "user", "content": "What is 2 + 2?\nSAY 4\nLONG 3"}]
+    async with SessionTracer(gateways[("v1", policy)].url) as tracer:
+        [sample] = await generate(demo.run_agent, prompt, {"max_new_tokens": 64},
+                                  tracer=tracer, metadata={"answer": 4}, max_turns=3)
+    meta = sample.metadata
+    if policy == "keep":
+        assert meta["turns"] == len(meta["lifecycle"]) == 3 and meta["stopped"] == "max_turns"
+        assert [c["turn"] for c in meta["length_cut_turns"]] == [0]
+    else:
+        assert meta["stopped"] == "truncated_generation"
+        assert meta["turns"] == len(meta["lifecycle"]) == 1 and sample.status == "truncated"

@@ -16,15 +16,17 @@ verifies it against ``metadata["answer"]``:
   trajectory has at least two turns whatever the model says (given ``max_turns >= 2``);
 - right on a later turn: it stops.
 
-It stops after ``max_turns`` turns (keyword argument, else ``metadata["max_turns"]``, else
-:data:`DEFAULT_MAX_TURNS`), or when the gateway answers ``context_length_exceeded`` (the
-conversation no longer fits ``--max-seq-len``: the episode ends, what was generated is
-kept). It returns ``{"reward": r, "turns": n, "tool_calls": n, "answer": last number or
-None, "mentioned_answer": bool, "finish_reasons": [...], "stopped": "answered" |
-"max_turns" | "context_length_exceeded"}``, which the driver merges into the sample
-metadata. The reward gives partial credit, so a 135M model earns some: **1.0** when the
-last answer is right, **0.5** when a reply of the episode (a cut one included) named the
-right number but the last answer is wrong, missing or cut off, else **0.0**.
+It stops after ``max_turns`` turns (keyword argument, else ``metadata["max_turns"]``,
+else :data:`DEFAULT_MAX_TURNS`), or when the gateway answers ``context_length_exceeded``
+(the conversation no longer fits ``--max-seq-len``: the episode ends, what was generated
+is kept) or ``truncated_generation`` (a gateway run with ``--after-length-cut refuse``
+does not extend a reply cut by the token limit: the episode ends at the cut). It returns
+``{"reward": r, "turns": n, "tool_calls": n, "answer": last number or None,
+"mentioned_answer": bool, "finish_reasons": [...], "stopped": "answered" | "max_turns" |
+"context_length_exceeded" | "truncated_generation"}``, which the driver merges into the
+sample metadata. The reward gives partial credit, so a 135M model earns some: **1.0**
+when the last answer is right, **0.5** when a reply of the episode (a cut one included)
+named the right number but the last answer is wrong, missing or cut off, else **0.0**.
 
 :func:`abort` is the optional hook of the contract: the driver calls it on Ctrl-C, and it
 cancels every model request this module has in flight.
@@ -36,7 +38,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from openai import AsyncOpenAI, BadRequestError
+from openai import AsyncOpenAI, BadRequestError, ConflictError
 from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
 
 if TYPE_CHECKING:
@@ -170,6 +172,11 @@ async def run_agent(base_url: str, prompt: list[dict[str, Any]],
                 if not context_exceeded(exc):
                     raise
                 episode.stopped = "context_length_exceeded"
+                break
+            except ConflictError as exc:
+                if exc.code != "truncated_generation":
+                    raise
+                episode.stopped = "truncated_generation"  # --after-length-cut refuse
                 break
             episode.turns += 1
             choice = completion.choices[0]
