@@ -49,6 +49,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "hosted_tools": ({"hosted_tools": "ignore"}, ["--hosted-tools 'ignore'", "drop, error"]),
     "images": ({"images": "drop"}, ["--images 'drop'", "reject, placeholder"]),
     "side_requests": ({"side_requests": "train"}, ["--side-requests 'train'", "drop, keep"]),
+    "after_length_cut": ({"after_length_cut": "drop"},
+                         ["--after-length-cut 'drop'", "keep, refuse"]),
     "routing_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
                                "routing_replay": True}, ["--routing-replay", "embedded"]),
     "indexer_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",

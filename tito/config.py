@@ -35,6 +35,9 @@ IMAGES = ("reject", "placeholder")
 SIDE_REQUESTS = ("drop", "keep")
 """Whether side requests' samples (title and structured-output requests of a session
 whose main agent has tools, design §5.5) are returned."""
+AFTER_LENGTH_CUT = ("keep", "refuse")
+"""``--after-length-cut``: the turns after a ``finish_reason=length`` cut are kept in the
+sample, or the next turn after a cut is refused (409 ``truncated_generation``)."""
 
 
 @dataclass
@@ -119,6 +122,11 @@ class ServerConfig:
     side_requests: str = "drop"
     """``drop``: side requests (their own agent contexts, role ``side``) are served and
     kept in the session, but their samples are not returned; ``keep``: they are."""
+    after_length_cut: str = "keep"
+    """``keep``: a turn may extend a reply cut by ``finish_reason=length`` and the sample
+    holds every turn (the cut turn's ids train, its closing token is bridge); ``refuse``:
+    extending a cut reply is 409 ``truncated_generation``, before any engine call (the
+    reference framework's rule)."""
     partial_rollout: bool = False
     """Partial rollout (a trajectory resumed across rollout steps): never supported with
     sessions; present so that a caller asking for it is told so."""
@@ -229,6 +237,9 @@ RULES: tuple[Rule, ...] = (
     Rule("side_requests", lambda c: c.side_requests not in SIDE_REQUESTS,
          lambda c: f"--side-requests {c.side_requests!r} is not a choice; use one of "
                    f"{', '.join(SIDE_REQUESTS)}"),
+    Rule("after_length_cut", lambda c: c.after_length_cut not in AFTER_LENGTH_CUT,
+         lambda c: f"--after-length-cut {c.after_length_cut!r} is not a choice; use one of "
+                   f"{', '.join(AFTER_LENGTH_CUT)}"),
     Rule("routing_replay_engine", lambda c: c.routing_replay and c.engine == "embedded",
          lambda c: "--routing-replay needs an MoE engine that reports routed experts "
                    "(--engine sglang, or the mock with --enable-return-routed-experts); the "

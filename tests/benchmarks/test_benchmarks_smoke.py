@@ -171,3 +171,10 @@ def test_keepalive_soak_tiny(tmp_path: Path) -> None:
     assert "keep-alive soak" in out
     for label in ("client errors", "reused after < 5 s idle", "connections"):
         assert label in out, label
+
+
+@pytest.mark.parametrize("policy", ["keep", "refuse"])
+def test_soak_tiny(tmp_path: Path, policy: str) -> None:
+    out = run_benchmark("soak.py", "--sessions", "6", "--turns", "6", "--cut-share", "0.4",
+                        "--", "--after-length-cut", policy, tmp_path=tmp_path)
+    assert "turns committed vs turns in samples" in out and "OK" in out

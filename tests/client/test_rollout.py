@@ -400,6 +400,20 @@ def test_summarize_counts_discarded_turns_and_tolerated_differences() -> None:
     assert json.loads(json.dumps(s.to_dict()))["discarded_turns"] == 1
 
 
+def test_summarize_counts_turns_multi_turn_samples_and_length_cuts() -> None:
+    cut = good_sample(metadata={"num_turns": 3, "lifecycle": [{}, {}, {}],
+                                "length_cut_turns": [{"turn": 0, "start": 5, "end": 7}]},
+                      reward=0.5)
+    one = good_sample(metadata={"num_turns": 2, "lifecycle": [{}]}, reward=0.0)
+    s = summarize(RolloutResult(trajectories=[TrajectoryResult(0, 0, [cut]),
+                                              TrajectoryResult(1, 0, [one])],
+                                requested=2, wall_time=1.0))
+    assert (s.turns_run, s.turns, s.multi_turn_samples) == (5, 4, 1)
+    assert s.length_cut_turns == 1
+    assert s.positive_reward_samples == 1 and s.rewarded_samples == 2
+    assert s.mean_reward == 0.25
+
+
 def test_outputs_are_written_all_or_nothing(tmp_path: Path) -> None:
     from tito.client.writers import atomic_write_all
 

@@ -19,8 +19,10 @@ from tito.examples.calculator import (
     CalculatorError,
     evaluate,
     extract_number,
+    extract_numbers,
     format_number,
     is_correct,
+    mentions,
     run_calculator,
 )
 
@@ -76,6 +78,9 @@ def test_numbers_and_verification() -> None:
     assert is_correct(391.0, 391) and is_correct(5.75, 5.75) and not is_correct(390, 391)
     assert not is_correct(None, 4) and not is_correct(4, None)
     assert format_number(9.0) == "9" and format_number(0.1 + 0.2) == "0.3"
+    assert extract_numbers("7 + 5 = 12, not 1,300.5") == [7, 5, 12, 1300.5]
+    assert mentions("7 + 5 = 12. Final: 13", 12) and not mentions("7 + 5 = 13", 12)
+    assert not mentions(None, 12) and not mentions("12", None)
 
 
 def test_bundled_dataset() -> None:
@@ -110,7 +115,8 @@ async def test_right_first_answer_is_confirmed(qwen3_stack: Any) -> None:
     assert demo.CONFIRM in sample.response
     assert meta["finish_reasons"] == ["stop", "stop"]
     assert sample.status == "completed"
-    assert sample.reward == 0.0  # the mock's second reply is not a number
+    # the mock's second reply is not a number: partial credit for having named the answer
+    assert sample.reward == demo.PARTIAL_CREDIT and meta["mentioned_answer"]
 
 
 async def test_tool_call_is_executed(qwen3_stack: Any) -> None:
@@ -129,6 +135,9 @@ async def test_cut_off_reply_gets_feedback(qwen3_stack: Any) -> None:
     assert meta["finish_reasons"] == ["length", "stop"]
     assert meta["turns"] == meta["num_turns"] == 2  # the gateway recorded both turns
     assert meta["answer"] is None  # a cut-off reply is never read as an answer
+    assert len(meta["lifecycle"]) == 2  # both turns are in the sample (design §5.6)
+    assert [c["turn"] for c in meta["length_cut_turns"]] == [0]
+    assert sample.status == "completed"  # the last turn's
     assert all(m["type"] == "assistant_text" for m in meta["tito_session_mismatch"])
 
 
@@ -136,6 +145,7 @@ async def test_wrong_answers_run_to_max_turns(qwen3_stack: Any) -> None:
     sample = await run_demo(qwen3_stack[1].url, "What is 2 + 2?\nSAY 5", max_turns=3)
     assert sample.metadata["turns"] == sample.metadata["num_turns"] == 3
     assert sample.metadata["answer"] is None and sample.reward == 0.0
+    assert not sample.metadata["mentioned_answer"]
 
 
 async def test_abort_cancels_requests_in_flight() -> None:

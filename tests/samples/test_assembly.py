@@ -234,13 +234,48 @@ def test_truncation_applies_after_trim() -> None:
 # ------------------------------------------------------------------- merge stops
 
 
-@pytest.mark.parametrize(("finish", "status"), [("length", "truncated"), ("abort", "aborted")])
-def test_non_completed_turn_ends_the_trajectory(finish: str, status: str) -> None:
-    records = chain([Turn([1, 2], [3]), Turn([4], [5, 6], finish=finish), Turn([7], [8])])
+def test_aborted_turn_ends_the_trajectory() -> None:
+    records = chain([Turn([1, 2], [3]), Turn([4], [5, 6], finish="abort"), Turn([7], [8])])
     s = only(assemble(records, decode=decode))
     assert s.tokens.tolist() == [1, 2, 3, 4, 5, 6]
-    assert s.status == status
+    assert s.status == "aborted"
     assert len(s.weight_versions) == 2
+
+
+def test_turns_after_a_length_cut_are_merged() -> None:
+    """A ``length`` cut does not end the trajectory (design §5.6): the cut turn's ids train,
+    the closing id the next turn's bridge starts with does not, and the metadata lists
+    the cut turn; the status is the last turn's."""
+    records = chain([Turn([1, 2], [3], [-0.5]),
+                     Turn([4], [5, 6], [-0.25, -0.75], finish="length"),
+                     Turn([99, 7], [8], [-1.0])])  # 99: the closer the template added
+    s = only(assemble(records, decode=decode))
+    assert s.tokens.tolist() == [1, 2, 3, 4, 5, 6, 99, 7, 8]
+    assert s.loss_mask.tolist() == [1, 0, 1, 1, 0, 0, 1]
+    assert s.rollout_log_probs.tolist() == [-0.5, 0.0, -0.25, -0.75, 0.0, 0.0, -1.0]
+    assert s.status == "completed"
+    assert s.metadata["length_cut_turns"] == [{"turn": 1, "start": 4, "end": 6}]
+    assert [seg["turn"] for seg in s.metadata["lifecycle"]] == [1, 2, 3]
+
+
+def test_length_cut_last_turn_is_truncated() -> None:
+    records = chain([Turn([1, 2], [3], finish="length"), Turn([98, 4], [5], finish="length")])
+    s = only(assemble(records, decode=decode))
+    assert s.tokens.tolist() == [1, 2, 3, 98, 4, 5]
+    assert s.status == "truncated"
+    assert [c["turn"] for c in s.metadata["length_cut_turns"]] == [0, 1]
+
+
+def test_no_length_cut_no_key() -> None:
+    assert "length_cut_turns" not in only(assemble(golden(), decode=decode)).metadata
+
+
+def test_max_seq_len_still_drops_the_turns_after_its_cut() -> None:
+    records = chain([Turn([1, 2], [3], finish="length"), Turn([4], [5, 6]), Turn([7], [8])])
+    s = only(assemble(records, decode=decode, max_seq_len=5))
+    assert s.tokens.tolist() == [1, 2, 3, 4, 5]
+    assert s.status == "truncated"
+    assert s.metadata["length_cut_turns"] == [{"turn": 0, "start": 2, "end": 3}]
 
 
 def test_aborted_first_turn_without_output() -> None:

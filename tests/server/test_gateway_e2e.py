@@ -376,8 +376,11 @@ def test_length_finish_and_extension(stack: Any) -> None:
     log = [e for e in engine_log(engine.url) if e["rid"].startswith(sid)]
     assert_tito_chain(log)
     sample = collect(gateway.url, sid).samples[0]
-    assert sample.status == "truncated"  # the trajectory ends at the cut turn
-    assert len(sample.tokens) == len(log[0]["input_ids"]) + 8
+    assert sample.status == "completed"  # the last turn's; the cut turn is in the sample
+    assert sample.tokens.tolist() == log[1]["input_ids"] + log[1]["output_ids"]
+    start = len(log[0]["input_ids"])
+    assert sample.metadata["length_cut_turns"] == [{"turn": 0, "start": start,
+                                                    "end": start + 8}]
 
 
 def test_get_session_pages_are_bounded(stack: Any) -> None:

@@ -88,8 +88,9 @@ async def test_deep_divergence_is_200_and_keeps_both_lines(v2: Callable[..., Gat
     assert decoded.session_metadata["tree"]["active_leaf"] == 3
 
 
-async def test_truncated_generation_cannot_be_extended(v2: Callable[..., Gateway]) -> None:
-    async with asgi_client(v2()) as http:
+async def test_truncated_generation_cannot_be_extended_under_refuse(
+        v2: Callable[..., Gateway]) -> None:
+    async with asgi_client(v2(after_length_cut="refuse")) as http:
         sid = await new_session(http)
         resp = await chat(http, sid, [user("u0")], max_tokens=2)
         a0 = resp.json()["choices"][0]["message"]

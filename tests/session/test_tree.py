@@ -158,8 +158,8 @@ def test_a_1024_deep_chain(renderer: TemplateRenderer) -> None:
     assert not s.in_flight
 
 
-def test_truncated_node_cannot_be_extended(renderer: TemplateRenderer) -> None:
-    s = TreeSession("t", renderer, strict)
+def test_truncated_node_cannot_be_extended_under_refuse(renderer: TemplateRenderer) -> None:
+    s = TreeSession("t", renderer, strict, after_length_cut="refuse")
     a0 = turn(s, [user("u0")], "cut off", finish_reason="length")
     before = tree_state(s)
     with pytest.raises(Conflict) as err:

@@ -222,8 +222,13 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
         table.add_row("tree leaves", f"{s.leaves} ({s.samples} kept samples, "
                                      f"{s.dropped_leaves} dropped: superseded retries or "
                                      "truncated away)")
-    table.add_row("turns", str(s.turns) if s.turns == s.turns_run
-                  else f"{s.turns} in samples ({s.turns_run} run)")
+    table.add_row("turns", f"{s.turns_run} run, "
+                  + (f"{s.turns} in samples" if s.turns == s.turns_run
+                     else f"[yellow]{s.turns} in samples[/]"))
+    table.add_row("multi-turn samples", f"{s.multi_turn_samples} of {s.samples}")
+    if s.length_cut_turns:
+        table.add_row("length-cut turns", f"{s.length_cut_turns} (cut by max_tokens; in "
+                                          "the samples with the turns after them)")
     table.add_row("prompt tokens", str(s.prompt_tokens))
     table.add_row("generated tokens", str(s.generated_tokens))
     table.add_row("bridge tokens", str(s.bridge_tokens))
@@ -240,7 +245,9 @@ def summary_table(summary: RolloutSummary, out_dir: Path | None, startup: float)
     if s.mixed_version_samples:
         table.add_row("mixed weight versions", f"{s.mixed_version_samples} samples "
                                                f"({s.mixed_version_share:.1%})")
-    table.add_row("mean reward", "n/a" if s.mean_reward is None else f"{s.mean_reward:.3f}")
+    table.add_row("mean reward", "n/a" if s.mean_reward is None else
+                  f"{s.mean_reward:.3f} ({s.positive_reward_samples} of "
+                  f"{s.rewarded_samples} samples above 0)")
     table.add_row("wall time", f"{s.wall_time_s:.1f} s (+ {startup:.1f} s startup)")
     table.add_row("generated tokens/s", f"{s.generated_tokens_per_s:.1f}")
     if s.requeued_trajectories:

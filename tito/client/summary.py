@@ -36,6 +36,11 @@ class RolloutSummary:
     """Turns kept in the samples (assembly may drop turns, e.g. after truncation)."""
     turns_run: int = 0
     """Turns the gateway recorded (``num_turns`` of each session)."""
+    multi_turn_samples: int = 0
+    """Samples that hold more than one turn."""
+    length_cut_turns: int = 0
+    """Turns in the samples that the engine cut (``finish_reason=length``: metadata
+    ``length_cut_turns``); the turns after them are in the samples too."""
     prompt_tokens: int = 0
     generated_tokens: int = 0
     bridge_tokens: int = 0
@@ -56,6 +61,8 @@ class RolloutSummary:
     mixed_version_share: float = 0.0
     mean_reward: float | None = None
     rewarded_samples: int = 0
+    positive_reward_samples: int = 0
+    """Samples whose reward is above 0."""
     wall_time_s: float = 0.0
     generated_tokens_per_s: float = 0.0
     interrupted: bool = False
@@ -130,8 +137,11 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         meta = sample.metadata
         turns_run = int(meta.get("num_turns") or 0)
         lifecycle = meta.get("lifecycle")
-        s.turns += len(lifecycle) if isinstance(lifecycle, list) else turns_run
+        kept = len(lifecycle) if isinstance(lifecycle, list) else turns_run
+        s.turns += kept
         s.turns_run += turns_run
+        s.multi_turn_samples += kept > 1
+        s.length_cut_turns += len(meta.get("length_cut_turns") or ())
         s.prompt_tokens += sample.prompt_length if sample.response_length else 0
         generated = int(np.asarray(sample.loss_mask).sum()) if sample.loss_mask is not None else 0
         s.generated_tokens += generated
@@ -153,6 +163,7 @@ def summarize(result: RolloutResult) -> RolloutSummary:
         reward = sample.reward
         if reward is not None and math.isfinite(reward):
             rewards.append(float(reward))
+            s.positive_reward_samples += reward > 0
     s.statuses = dict(statuses)
     s.mixed_version_share = round(s.mixed_version_samples / s.samples, 4) if s.samples else 0.0
     s.mismatches_by_type = dict(by_type)

@@ -138,17 +138,26 @@ def run_calculator(arguments: str | dict[str, Any] | None) -> str:
 _NUMBER = re.compile(r"(?<![\w.])[-−]?\d[\d,]*(?:\.\d+)?(?![\w])")
 
 
+def extract_numbers(text: str | None) -> list[float]:
+    """Every number in ``text``, in order (``1,234.5`` and ``-3`` included)."""
+    out: list[float] = []
+    for found in _NUMBER.findall(text or ""):
+        try:
+            out.append(float(found.replace(",", "").replace("−", "-")))
+        except ValueError:
+            continue
+    return out
+
+
 def extract_number(text: str | None) -> float | None:
-    """The last number in ``text`` (``1,234.5`` and ``-3`` included), or None."""
-    if not text:
-        return None
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
-    try:
-        return float(found[-1].replace(",", "").replace("−", "-"))
-    except ValueError:
-        return None
+    """The last number in ``text``, or None."""
+    found = extract_numbers(text)
+    return found[-1] if found else None
+
+
+def mentions(text: str | None, answer: float | int | None) -> bool:
+    """Whether any number in ``text`` is the reference ``answer``."""
+    return any(is_correct(value, answer) for value in extract_numbers(text))
 
 
 def is_correct(value: float | None, answer: float | int | None, *, rel_tol: float = 1e-4

@@ -16,13 +16,17 @@ verifies it against ``metadata["answer"]``:
   trajectory has at least two turns whatever the model says (given ``max_turns >= 2``);
 - right on a later turn: it stops.
 
-It stops after ``max_turns`` turns (keyword argument, else ``metadata["max_turns"]``, else
-:data:`DEFAULT_MAX_TURNS`), or when the gateway answers ``context_length_exceeded`` (the
-conversation no longer fits ``--max-seq-len``: the episode ends, what was generated is
-kept). It returns ``{"reward": 1.0 if the last answer is right else 0.0, "turns": n,
-"tool_calls": n, "answer": last number or None, "finish_reasons": [...], "stopped":
-"answered" | "max_turns" | "context_length_exceeded"}``, which the driver merges into the
-sample metadata.
+It stops after ``max_turns`` turns (keyword argument, else ``metadata["max_turns"]``,
+else :data:`DEFAULT_MAX_TURNS`), or when the gateway answers ``context_length_exceeded``
+(the conversation no longer fits ``--max-seq-len``: the episode ends, what was generated
+is kept) or ``truncated_generation`` (a gateway run with ``--after-length-cut refuse``
+does not extend a reply cut by the token limit: the episode ends at the cut). It returns
+``{"reward": r, "turns": n, "tool_calls": n, "answer": last number or None,
+"mentioned_answer": bool, "finish_reasons": [...], "stopped": "answered" | "max_turns" |
+"context_length_exceeded" | "truncated_generation"}``, which the driver merges into the
+sample metadata. The reward gives partial credit, so a 135M model earns some: **1.0**
+when the last answer is right, **0.5** when a reply of the episode (a cut one included)
+named the right number but the last answer is wrong, missing or cut off, else **0.0**.
 
 :func:`abort` is the optional hook of the contract: the driver calls it on Ctrl-C, and it
 cancels every model request this module has in flight.
@@ -34,7 +38,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from openai import AsyncOpenAI, BadRequestError
+from openai import AsyncOpenAI, BadRequestError, ConflictError
 from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
 
 if TYPE_CHECKING:
@@ -44,6 +48,7 @@ from tito.examples.calculator import (
     CALCULATOR_TOOL,
     extract_number,
     is_correct,
+    mentions,
     run_calculator,
 )
 
@@ -54,6 +59,9 @@ SYSTEM_PROMPT = (
 FEEDBACK = "Check your answer and reply with just the number."
 CONFIRM = "Are you sure? Check your answer and reply with just the number."
 DEFAULT_MAX_TURNS = 3
+PARTIAL_CREDIT = 0.5
+"""The reward of an episode whose replies named the right number but whose last answer
+is not it."""
 MODEL = "tito"
 # Sampling settings the SDK has no named argument for travel in the request body.
 _SDK_ARGS = frozenset({"max_tokens", "temperature", "top_p", "stop", "seed",
@@ -76,12 +84,19 @@ class Episode:
     tool_calls: int = 0
     answer: float | None = None
     correct: bool = False
+    mentioned: bool = False
+    """A reply named the right number (partial credit)."""
     finish_reasons: list[str] = field(default_factory=list)
     stopped: str = "max_turns"
 
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.correct else PARTIAL_CREDIT if self.mentioned else 0.0
+
     def result(self) -> dict[str, Any]:
-        return {"reward": 1.0 if self.correct else 0.0, "turns": self.turns,
+        return {"reward": self.reward, "turns": self.turns,
                 "tool_calls": self.tool_calls, "answer": self.answer,
+                "mentioned_answer": self.mentioned,
                 "finish_reasons": self.finish_reasons, "stopped": self.stopped}
 
 
@@ -158,11 +173,17 @@ async def run_agent(base_url: str, prompt: list[dict[str, Any]],
                     raise
                 episode.stopped = "context_length_exceeded"
                 break
+            except ConflictError as exc:
+                if exc.code != "truncated_generation":
+                    raise
+                episode.stopped = "truncated_generation"  # --after-length-cut refuse
+                break
             episode.turns += 1
             choice = completion.choices[0]
             message = choice.message
             episode.finish_reasons.append(choice.finish_reason)
             messages.append(message.model_dump(exclude_none=True))
+            episode.mentioned = episode.mentioned or mentions(message.content, reference)
             if message.tool_calls and choice.finish_reason != "length":
                 episode.tool_calls += len(message.tool_calls)
                 messages.extend(tool_result(call) for call in message.tool_calls)

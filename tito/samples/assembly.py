@@ -9,10 +9,13 @@ Steps, each a small pure function:
 3. **truncate** at ``max_seq_len`` at turn granularity: the first turn that overflows is
    cut (kept and marked truncated when at least one generated id survives, else dropped)
    and every later turn is dropped;
-4. **merge**: concatenate the kept turns, stopping after the first turn that did not
-   complete and before a turn that would open an R3 gap;
-5. **build** the sample (mask, logprobs, R3, status, weight versions, lifecycle
-   metadata) and verify its invariants.
+4. **merge**: concatenate the kept turns, stopping after an aborted turn and before a
+   turn that would open an R3 gap. A turn cut by ``finish_reason=length`` does not end
+   the trajectory (design §5.6): the turns after it are merged, its generated ids train
+   like any others, and the closing token the next turn's template put after it is a
+   bridge id (never generated, loss mask 0); ``metadata["length_cut_turns"]`` lists it;
+5. **build** the sample (mask, logprobs, R3, status from the last kept turn, weight
+   versions, lifecycle metadata) and verify its invariants.
 
 Deterministic failures raise :class:`tito.types.errors.AssemblyError` (HTTP 422 on the OpenAI API).
 """
@@ -190,7 +193,8 @@ def _truncate(turns: list[_Turn], max_seq_len: int) -> list[_Turn]:
 
 
 def _merge_span(turns: list[_Turn]) -> list[_Turn]:
-    """The prefix of turns that merge: stop after a non-completed turn, before an R3 gap."""
+    """The prefix of turns that merge: stop after an aborted turn, before an R3 gap. A
+    turn cut by ``length`` goes on (a ``max_seq_len`` cut is already the last turn)."""
     merged: list[_Turn] = []
     any_r3 = False
     for turn in turns:
@@ -198,9 +202,17 @@ def _merge_span(turns: list[_Turn]) -> list[_Turn]:
             break
         merged.append(turn)
         any_r3 = any_r3 or has_routed_experts(turn.record)
-        if turn.status != "completed":
+        if turn.status == "aborted":
             break
     return merged
+
+
+def _length_cuts(turns: list[_Turn]) -> list[dict[str, int]]:
+    """``{turn, start, end}`` of each kept turn the engine cut (``finish_reason=length``):
+    its position among the sample's turns and its generated ids in ``tokens``."""
+    return [{"turn": k, "start": start, "end": end}
+            for k, (turn, (start, end)) in enumerate(zip(turns, _spans(turns), strict=True))
+            if turn.record.finish_reason == "length"]
 
 
 def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any],
@@ -223,6 +235,9 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
     sample_metadata["lifecycle"] = [_lifecycle(t.record, turns[k - 1].record if k else None)
                                     for k, t in enumerate(turns)]
     sample_metadata["weight_version_spans"] = _weight_spans(turns)
+    cuts = _length_cuts(turns)
+    if cuts:
+        sample_metadata["length_cut_turns"] = cuts
     last = turns[-1]
     if last.status == "aborted":
         sample_metadata["aborted_reason"] = last.record.finish_message or \

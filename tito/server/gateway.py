@@ -139,10 +139,14 @@ class Gateway:
         max_rollback = 1 if config.max_rollback is None else config.max_rollback
         tree = config.session_version == "v2"
 
+        after_cut = config.after_length_cut
+
         def new_context() -> TurnSession:
             if tree:
-                return TreeSession(session_id, renderer, matcher, max_nodes=max_nodes)
-            return LinearSession(session_id, renderer, matcher, max_rollback=max_rollback)
+                return TreeSession(session_id, renderer, matcher, max_nodes=max_nodes,
+                                   after_length_cut=after_cut)
+            return LinearSession(session_id, renderer, matcher, max_rollback=max_rollback,
+                                 after_length_cut=after_cut)
 
         return ContextSession(session_id, new_context, matcher=matcher,
                               side_requests=config.side_requests, api_state=ApiState())

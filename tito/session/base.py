@@ -130,8 +130,11 @@ class SessionBase(ABC):
     version: ClassVar[str]
 
     def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
-                 api_state: object = None) -> None:
+                 api_state: object = None, *, after_length_cut: str = "keep") -> None:
         self.session_id = session_id
+        self.after_length_cut = after_length_cut
+        """``keep``: a turn may extend a reply cut by ``finish_reason=length``; ``refuse``:
+        409 ``truncated_generation`` (:func:`tito.session.turns.check_after_cut`)."""
         self.renderer = renderer
         self.matcher = matcher
         self._exact = exact_matches(matcher)

@@ -3,7 +3,9 @@
 A request must extend the stored messages at the tail. A retry of the latest turn rolls
 back one generated checkpoint (to the empty session when the first turn is retried);
 deeper divergence is 400 ``rollback_too_deep``. Client-supplied assistant messages are
-history, never checkpoints.
+history, never checkpoints. A turn after a reply cut by ``finish_reason=length`` is
+accepted and its sample holds every turn, unless ``--after-length-cut refuse`` (409
+``truncated_generation``, as v2).
 
 A turn is two steps around the engine call: :meth:`LinearSession.plan` validates the
 request and computes the prompt ids without touching the trajectory (only the
@@ -28,6 +30,7 @@ from tito.session.options import options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
+    check_after_cut,
     divergence,
     extend_in_place,
     extended_snapshot,
@@ -49,8 +52,10 @@ class LinearSession(SessionBase):
     version: ClassVar[str] = "v1"
 
     def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
-                 *, max_rollback: int = 1, api_state: object = None) -> None:
-        super().__init__(session_id, renderer, matcher, api_state)
+                 *, max_rollback: int = 1, api_state: object = None,
+                 after_length_cut: str = "keep") -> None:
+        super().__init__(session_id, renderer, matcher, api_state,
+                         after_length_cut=after_length_cut)
         self.max_rollback = max_rollback
         self.messages: list[Message] = []
         self.records: list[TurnRecord] = []
@@ -141,7 +146,11 @@ class LinearSession(SessionBase):
     def _extend(self, request: TurnRequest, target: int) -> TurnPlan:
         """The plan of a request that keeps records ``0..target`` (a rollback discards the
         rest) and appends its messages past them: refused when it changes the render
-        options of the kept path (:mod:`tito.session.options`)."""
+        options of the kept path (:mod:`tito.session.options`), and under
+        ``--after-length-cut refuse`` when record ``target`` was cut by ``length``."""
+        check_after_cut(self.records[target], self.after_length_cut, f"turn {target}",
+                        "retry that turn (a request that ends before its reply) or start "
+                        "a new session")
         kwargs = self.records[target].request.get("chat_template_kwargs")
         change = options_change(self.tools, kwargs, request, self.renderer.spec.thinking_kwarg)
         if change is not None:

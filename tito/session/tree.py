@@ -7,7 +7,8 @@ unmatched suffix plus the generated assistant message become a new child — or 
 when nothing matches. Retries, deep divergences, compaction (a rewritten assistant stops
 the match before it and joins the new node's messages as history) and sub-agents
 (zero overlap: new roots) all grow the forest. A node whose generation ended with
-``finish_reason=length`` cannot be extended (409 ``truncated_generation``); branching
+``finish_reason=length`` is extended like any other (its leaf's sample holds every turn),
+unless ``--after-length-cut refuse``: then 409 ``truncated_generation``, and branching
 before the cut works. Concurrent requests on one session commit as siblings.
 
 The view (:attr:`records`, :attr:`messages`, :attr:`snapshot`) is the path of the last
@@ -32,6 +33,7 @@ from tito.session.options import options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
+    check_after_cut,
     divergence,
     extend_in_place,
     extended_snapshot,
@@ -79,8 +81,10 @@ class TreeSession(SessionBase):
     version: ClassVar[str] = "v2"
 
     def __init__(self, session_id: str, renderer: TemplateRenderer, matcher: Matcher,
-                 *, max_nodes: int = MAX_NODES, api_state: object = None) -> None:
-        super().__init__(session_id, renderer, matcher, api_state)
+                 *, max_nodes: int = MAX_NODES, api_state: object = None,
+                 after_length_cut: str = "keep") -> None:
+        super().__init__(session_id, renderer, matcher, api_state,
+                         after_length_cut=after_length_cut)
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
         self._active: tuple[int | None, IdBuffer] = (None, IdBuffer())
@@ -201,13 +205,8 @@ class TreeSession(SessionBase):
         if parent is None:
             return first_turn(self.renderer, request, rolled_back=rolled_back)
         node = nodes[parent]
-        if node.truncated:
-            raise Conflict(
-                "truncated generation cannot be extended: the matched node "
-                f"{parent} ended with finish_reason='length' and truncation closes that "
-                "path for good; branch before the cut instead",
-                code="truncated_generation",
-            )
+        check_after_cut(node.record, self.after_length_cut, f"the matched node {parent}",
+                        "branch before the cut instead")
         base = self._snapshot_of(nodes, parent)
         return extension(self.renderer, request, base, node.delta[-1],
                          keep_records=node.depth + 1, keep_messages=covered,

@@ -23,7 +23,7 @@ from tito.session.agents import ContextInfo
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import BUILTIN, Matcher, differing_fields, tolerated
 from tito.types.engine import CheckedOutput, GenerateResult
-from tito.types.errors import BadRequest
+from tito.types.errors import BadRequest, Conflict
 from tito.types.messages import Message, TurnRequest
 from tito.types.records import IDS_DTYPE, TurnRecord
 
@@ -129,6 +129,20 @@ def match_len(matcher: Matcher, stored: list[Message], request: list[Message],
             break
         matched += 1
     return matched
+
+
+def check_after_cut(record: TurnRecord, after_length_cut: str, what: str, hint: str) -> None:
+    """The rule for a turn after a length cut (design §5.6), the same in v1 and v2:
+    ``keep`` extends a reply cut by ``finish_reason=length`` (its sample holds every
+    turn); ``refuse`` (the reference framework's rule) is 409 ``truncated_generation``
+    here, before the engine is called and before anything changes."""
+    if after_length_cut == "refuse" and record.finish_reason == "length":
+        raise Conflict(
+            f"truncated generation cannot be extended: {what} ended with "
+            "finish_reason='length' and the gateway runs with --after-length-cut refuse, "
+            f"which closes that path for good; {hint}",
+            code="truncated_generation",
+        )
 
 
 def check_roles(messages: list[Message]) -> None:

@@ -30,7 +30,7 @@ _ORIGIN_CHARS = np.frombuffer(b"pbg", dtype=np.uint8)
 _MASK_CHARS = np.frombuffer(b"x-01", dtype=np.uint8)
 NOT_IN_SAMPLE, OUTSIDE_RESPONSE = -2, -1
 """Mask codes besides 0 and 1: the token is not in the assembled sample (cut by
-``max_seq_len``, after a turn that did not complete, or no sample); the token is in the
+``max_seq_len``, after an aborted turn, or no sample); the token is in the
 sample's prompt (before the response region the mask covers)."""
 _FINISH_OF_STATUS = {"completed": "stop", "truncated": "length", "aborted": "abort"}
 
