@@ -5,7 +5,11 @@ given after ``--``), then runs S sessions of T turns each, C sessions at a time,
 plain HTTP (httpx): a session speaks one door (OpenAI chat, Anthropic Messages or OpenAI
 Responses, in turn), each turn is streamed or not at random, and about ``--cut-share`` of
 the turns but the first and the last are cut by their token limit (``LONG`` with a
-smaller ``max_tokens``); the others answer a ``SAY``. The client replays each reply as
+smaller ``max_tokens``); the others answer a ``SAY``, and about ``--fault-share`` of those
+carry a ``FAULT`` directive: the mock engine fails that reply (a reset, an HTTP 500,
+malformed JSON, bad ids or logprobs, an empty stop), streamed or not, and the client must
+be told (a 502, or the API's error event in a stream) with nothing committed; it then
+sends the turn again without it. The client replays each reply as
 the API returned it (rebuilt from the stream events when streamed). After its last turn a
 session collects its samples, checks them (:func:`tito.client.checks.sample_violations`;
 one sample whose ``lifecycle`` has one segment per committed turn, whose
@@ -15,7 +19,7 @@ turn's) and deletes itself.
 Asserted (exit status 1 otherwise): turns committed == turns in samples, no TITO
 violation, no unexpected answer (any non-200 under ``keep``; under ``--after-length-cut
 refuse`` only 409 ``truncated_generation``, after which the client retries the cut turn
-with another draw) and no answer >= 500.
+with another draw), every engine fault told to its client, and no other answer >= 500.
 
     python benchmarks/soak.py                                 # 300 sessions x 30 turns, C=32
     python benchmarks/soak.py --sessions 30 --turns 10        # a quick check
@@ -57,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", "-C", type=int, default=32, help="sessions at a time")
     p.add_argument("--cut-share", type=float, default=0.15,
                    help="share of turns cut by their token limit")
+    p.add_argument("--fault-share", type=float, default=0.05,
+                   help="share of turns the mock engine fails (a FAULT directive); the "
+                        "client must be told (502, or an error event in a stream) and "
+                        "nothing committed; it then sends the turn again without it")
     p.add_argument("--seed", type=int, default=0, help="the script's random seed")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR, help="Qwen3 tokenizer folder")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -73,6 +81,8 @@ class Reply:
     """What the client appends to its history (chat, messages); Responses: unused."""
     response_id: str | None = None
     code: str | None = None
+    stream_error: bool = False
+    """A 200 stream that ended with an error event."""
 
 
 def _events(text: str) -> list[dict[str, Any]]:
@@ -82,6 +92,13 @@ def _events(text: str) -> list[dict[str, Any]]:
         if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
             out.append(json.loads(line[5:]))
     return out
+
+
+def _stream_failed(events: list[dict[str, Any]]) -> bool:
+    """Whether a stream ended with its API's error event (Chat ``{"error"}``, Messages
+    ``{"type": "error"}``, Responses ``error`` / ``response.failed``)."""
+    return any(("error" in e and not e.get("type")) or e.get("type") in (
+        "error", "response.failed") for e in events)
 
 
 def _error_code(resp: httpx.Response) -> str | None:
@@ -111,7 +128,10 @@ async def chat_turn(http: httpx.AsyncClient, base: str, history: list[dict[str, 
         message = {k: v for k, v in choice["message"].items() if v is not None}
         return Reply(200, choice["finish_reason"] == "length", [message])
     text, finish = "", None
-    for event in _events(resp.text):
+    events = _events(resp.text)
+    if _stream_failed(events):
+        return Reply(200, stream_error=True)
+    for event in events:
         for choice in event.get("choices") or ():
             text += choice["delta"].get("content") or ""
             finish = choice.get("finish_reason") or finish
@@ -131,7 +151,10 @@ async def messages_turn(http: httpx.AsyncClient, base: str, history: list[dict[s
         return Reply(200, data["stop_reason"] == "max_tokens",
                      [{"role": "assistant", "content": content}])
     text, stop = "", None
-    for event in _events(resp.text):
+    events = _events(resp.text)
+    if _stream_failed(events):
+        return Reply(200, stream_error=True)
+    for event in events:
         if event.get("type") == "content_block_delta":
             text += event["delta"].get("text") or ""
         elif event.get("type") == "message_delta":
@@ -151,8 +174,11 @@ async def responses_turn(http: httpx.AsyncClient, base: str, previous: str | Non
     resp = await http.post(f"{base}/v1/responses", json=body)
     if resp.status_code != 200:
         return Reply(resp.status_code, code=_error_code(resp))
+    events = _events(resp.text) if stream else []
+    if _stream_failed(events):
+        return Reply(200, stream_error=True)
     data = resp.json() if not stream else next(
-        e["response"] for e in reversed(_events(resp.text))
+        e["response"] for e in reversed(events)
         if e.get("type") in ("response.completed", "response.incomplete"))
     return Reply(200, data["status"] == "incomplete", response_id=data["id"])
 
@@ -165,6 +191,8 @@ class Tally:
     cuts_seen: int = 0
     cuts_listed: int = 0
     refused: int = 0
+    faults: int = 0
+    faults_told: int = 0
     streamed: int = 0
     by_door: Counter[str] = field(default_factory=Counter)
     statuses: Counter[int] = field(default_factory=Counter)
@@ -210,10 +238,16 @@ class Conversation:
         self.cuts = [k for k in self.cuts if k < self.turns]
 
 
-def _user(rng: random.Random, cut: bool) -> str:
+FAULTS = ("reset", "http_500", "malformed_json", "wrong_types", "bad_ids", "bad_ids:int32",
+          "bad_logprob", "empty")
+"""Mock engine faults a turn may meet (each a failed engine reply: 502 to the client)."""
+
+
+def _user(rng: random.Random, cut: bool, fault: str | None = None) -> str:
     if cut:
         return f"{rng.choice(WORDS)}\nLONG 40"
-    return "SAY " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+    text = "SAY " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+    return text if fault is None else f"{text}\nFAULT {fault.replace(':', ' ')}"
 
 
 async def run_session(http: httpx.AsyncClient, url: str, index: int, args: argparse.Namespace,
@@ -228,8 +262,18 @@ async def run_session(http: httpx.AsyncClient, url: str, index: int, args: argpa
             # never the first turn (a retry of it under refuse would open another
             # conversation: another agent context) nor the last
             cut = rng.random() < args.cut_share and 0 < conv.turns < args.turns - 1
-            user, stream = _user(rng, cut), rng.random() < 0.5
+            fault = rng.choice(FAULTS) if not cut and rng.random() < args.fault_share \
+                else None
+            user, stream = _user(rng, cut, fault), rng.random() < 0.5
             reply = await conv.send(user, CUT_AT if cut else None, stream)
+            if fault is not None:  # told (a 502 or an error event), nothing committed
+                tally.faults += 1
+                if reply.status >= 500 or reply.stream_error:
+                    tally.faults_told += 1
+                    continue  # the client sends the turn again (another draw)
+                tally.unexpected.append(f"{door} turn {conv.turns}: FAULT {fault} answered "
+                                        f"{reply.status} without an error")
+                return
             tally.statuses[reply.status] += 1
             if reply.status == 409 and reply.code == "truncated_generation":
                 tally.refused += 1  # refuse: told so; the cut turn is retried (another draw)
@@ -309,10 +353,11 @@ def report(tally: Tally, wall: float, args: argparse.Namespace) -> dict[str, Any
         "gateway_flags": args.gateway_flags, "turns_committed": tally.committed,
         "turns_in_samples": tally.in_samples, "length_cuts_seen": tally.cuts_seen,
         "length_cuts_listed": tally.cuts_listed, "refused_409": tally.refused,
+        "engine_faults": tally.faults, "engine_faults_told": tally.faults_told,
         "streamed_turns": tally.streamed, "requests": answered,
         "statuses": {str(k): v for k, v in sorted(tally.statuses.items())},
         "sessions_by_door": dict(tally.by_door),
-        "unexpected": len(tally.unexpected), "at_least_500": sum(
+        "unexpected": len(tally.unexpected), "unexpected_at_least_500": sum(
             v for k, v in tally.statuses.items() if k >= 500),
         "violations": len(tally.violations), "wall_s": round(wall, 2),
         "turns_per_s": round(answered / wall, 1) if wall else None,
@@ -341,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     ok = (tally.committed == tally.in_samples and not tally.unexpected
-          and not tally.violations and figures["at_least_500"] == 0)
+          and not tally.violations and figures["unexpected_at_least_500"] == 0
+          and tally.faults == tally.faults_told)
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 
