@@ -234,12 +234,18 @@ def test_truncation_applies_after_trim() -> None:
 # ------------------------------------------------------------------- merge stops
 
 
-def test_aborted_turn_ends_the_trajectory() -> None:
+def test_turns_after_an_aborted_turn_are_merged() -> None:
+    """The client went on after an aborted reply: every turn is in the sample, the
+    aborted one listed with its place; the status is the last turn's."""
     records = chain([Turn([1, 2], [3]), Turn([4], [5, 6], finish="abort"), Turn([7], [8])])
+    records[1].finish_message = "Abort by pause_generation(mode=abort)"
     s = only(assemble(records, decode=decode))
-    assert s.tokens.tolist() == [1, 2, 3, 4, 5, 6]
-    assert s.status == "aborted"
-    assert len(s.weight_versions) == 2
+    assert s.tokens.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert s.loss_mask.tolist() == [1, 0, 1, 1, 0, 1]
+    assert s.status == "completed" and len(s.weight_versions) == 3
+    assert s.metadata["aborted_turns"] == [
+        {"turn": 1, "start": 4, "end": 6, "reason": "Abort by pause_generation(mode=abort)"}]
+    assert "aborted_reason" not in s.metadata
 
 
 def test_turns_after_a_length_cut_are_merged() -> None:
@@ -323,6 +329,8 @@ def test_full_r3_sliced_by_truncation() -> None:
 def test_full_r3_gap_stops_the_merge_before_that_turn() -> None:
     s = only(assemble(full_r3_chain(drop_r3_at=1), decode=decode))
     assert s.tokens.tolist() == [1, 2, 3, 10, 11]
+    assert s.metadata["merge_stopped"]["reason"] == "routing_replay_gap"
+    assert s.metadata["merge_stopped"]["turns_left_out"] >= 1
     np.testing.assert_array_equal(s.rollout_routed_experts, routing_oracle(s.tokens, 4, 3, 2))
 
 

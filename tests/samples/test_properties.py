@@ -140,14 +140,12 @@ def test_any_sample_is_a_consistent_snapshot_prefix(
     kept = len(sample.weight_versions)
     assert kept == len(sample.metadata["lifecycle"])
     assert traj.gap is None or kept <= traj.gap
-    if kept > 1:  # only an aborted turn ends the trajectory early (design §5.6)
-        assert all(r.finish_reason != "abort" for r in records[: kept - 1])
-    ended = next((k for k, r in enumerate(records) if r.finish_reason == "abort"),
-                 len(records) - 1)
     if max_seq_len is None and traj.gap is None:
-        assert kept == ended + 1  # every turn after a length cut is in the sample
-    cuts = [k for k, r in enumerate(records[:kept]) if r.finish_reason == "length"]
-    assert [c["turn"] for c in sample.metadata.get("length_cut_turns", [])] == cuts
+        # every turn after a length cut or an abort is in the sample (design §5.6)
+        assert kept == len(records)
+    for key, reason in (("length_cut_turns", "length"), ("aborted_turns", "abort")):
+        cuts = [k for k, r in enumerate(records[:kept]) if r.finish_reason == reason]
+        assert [c["turn"] for c in sample.metadata.get(key, [])] == cuts
     trained = sample.loss_mask.astype(bool)
     assert not sample.rollout_log_probs[~trained].any()
     if traj.r3_mode is None:

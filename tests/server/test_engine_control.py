@@ -107,6 +107,29 @@ async def test_abort_pause_gives_a_retryable_aborted_turn(gateway: Gateway) -> N
         assert after.status == "completed" and "aborted_reason" not in after.metadata
 
 
+async def test_a_client_that_goes_on_after_an_abort_keeps_every_turn(gateway: Gateway) -> None:
+    """No silent loss: the aborted reply stays in the sample (listed in ``aborted_turns``)
+    and so do the turns the client sent after it."""
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        first = [user("hi\nSAY hello")]
+        r0 = (await http.post(f"/sessions/{sid}/v1/chat/completions",
+                              json={"messages": first})).json()
+        messages = [*first, r0["choices"][0]["message"], LONG]
+        task = await started(gateway, http, sid, messages)
+        await http.post("/pause_generation", json={"mode": "abort"})
+        aborted = (await asyncio.wait_for(task, 10)).json()["choices"][0]
+        assert aborted["finish_reason"] == "abort"
+        await http.post("/continue_generation", json={})
+        on = await http.post(f"/sessions/{sid}/v1/chat/completions", json={"messages": [
+            *messages, aborted["message"], user("go on\nSAY done")]})
+        assert on.status_code == 200 and on.json()["choices"][0]["finish_reason"] == "stop"
+        [sample] = decode_samples((await http.post(f"/sessions/{sid}/samples")).content).samples
+        assert sample.status == "completed" and len(sample.metadata["lifecycle"]) == 3
+        [entry] = sample.metadata["aborted_turns"]
+        assert entry["turn"] == 1 and "abort" in entry["reason"].lower()
+
+
 async def test_weight_update_mid_turn_is_recorded_per_token(gateway: Gateway,
                                                            slow_mock: Proc) -> None:
     async with asgi_client(gateway) as http:

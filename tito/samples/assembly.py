@@ -9,11 +9,13 @@ Steps, each a small pure function:
 3. **truncate** at ``max_seq_len`` at turn granularity: the first turn that overflows is
    cut (kept and marked truncated when at least one generated id survives, else dropped)
    and every later turn is dropped;
-4. **merge**: concatenate the kept turns, stopping after an aborted turn and before a
-   turn that would open an R3 gap. A turn cut by ``finish_reason=length`` does not end
-   the trajectory (design §5.6): the turns after it are merged, its generated ids train
-   like any others, and the closing token the next turn's template put after it is a
-   bridge id (never generated, loss mask 0); ``metadata["length_cut_turns"]`` lists it;
+4. **merge**: concatenate the kept turns, stopping before a turn that would open an R3
+   gap (``metadata["merge_stopped"]`` says so and how many turns it left out). A turn
+   cut by ``finish_reason=length`` or ``abort`` does not end the trajectory (design
+   §5.6): the turns after it are merged, its generated ids train like any others, and
+   the closing token the next turn's template put after it is a bridge id (never
+   generated, loss mask 0); ``metadata["length_cut_turns"]`` / ``["aborted_turns"]``
+   list it;
 5. **build** the sample (mask, logprobs, R3, status from the last kept turn, weight
    versions, lifecycle metadata) and verify its invariants.
 
@@ -112,9 +114,15 @@ def assemble(
         turns = _truncate(turns, max_seq_len)
     if not turns:
         return AssemblyResult([], "all_truncated")
-    turns = _merge_span(turns)
+    merged = _merge_span(turns)
+    extra = {} if len(merged) == len(turns) else {"merge_stopped": {
+        "reason": "routing_replay_gap", "turns_left_out": len(turns) - len(merged),
+        "message": f"turn {len(merged)} has no routed experts after turns that had them: "
+                   "it and the turns after it cannot be replayed in this sample"}}
+    turns = merged
     sample = _build(turns, decode=decode if include_response else None,
-                    metadata=metadata or {}, routing=routing, indexer=indexer)
+                    metadata={**(metadata or {}), **extra}, routing=routing,
+                    indexer=indexer)
     _verify(sample, turns, max_seq_len)
     return AssemblyResult([sample], None, _spans(turns))
 
@@ -193,8 +201,8 @@ def _truncate(turns: list[_Turn], max_seq_len: int) -> list[_Turn]:
 
 
 def _merge_span(turns: list[_Turn]) -> list[_Turn]:
-    """The prefix of turns that merge: stop after an aborted turn, before an R3 gap. A
-    turn cut by ``length`` goes on (a ``max_seq_len`` cut is already the last turn)."""
+    """The prefix of turns that merge: stop before an R3 gap. A turn cut by ``length`` or
+    ``abort`` goes on (a ``max_seq_len`` cut is already the last turn)."""
     merged: list[_Turn] = []
     any_r3 = False
     for turn in turns:
@@ -202,17 +210,25 @@ def _merge_span(turns: list[_Turn]) -> list[_Turn]:
             break
         merged.append(turn)
         any_r3 = any_r3 or has_routed_experts(turn.record)
-        if turn.status == "aborted":
-            break
     return merged
 
 
-def _length_cuts(turns: list[_Turn]) -> list[dict[str, int]]:
-    """``{turn, start, end}`` of each kept turn the engine cut (``finish_reason=length``):
-    its position among the sample's turns and its generated ids in ``tokens``."""
-    return [{"turn": k, "start": start, "end": end}
-            for k, (turn, (start, end)) in enumerate(zip(turns, _spans(turns), strict=True))
-            if turn.record.finish_reason == "length"]
+def _cuts(turns: list[_Turn], finish_reason: str) -> list[dict[str, Any]]:
+    """``{turn, start, end}`` of each kept turn that ended with ``finish_reason``
+    (``length`` or ``abort``): its position among the sample's turns and its generated
+    ids in ``tokens`` (an aborted turn's ``reason`` too)."""
+    out: list[dict[str, Any]] = []
+    for k, (turn, (start, end)) in enumerate(zip(turns, _spans(turns), strict=True)):
+        if turn.record.finish_reason == finish_reason:
+            out.append({"turn": k, "start": start, "end": end})
+            if finish_reason == "abort":
+                out[-1]["reason"] = _aborted_reason(turn)
+    return out
+
+
+def _aborted_reason(turn: _Turn) -> str:
+    return turn.record.finish_message or \
+        "the engine aborted the generation (finish_reason abort)"
 
 
 def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any],
@@ -235,13 +251,13 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
     sample_metadata["lifecycle"] = [_lifecycle(t.record, turns[k - 1].record if k else None)
                                     for k, t in enumerate(turns)]
     sample_metadata["weight_version_spans"] = _weight_spans(turns)
-    cuts = _length_cuts(turns)
-    if cuts:
-        sample_metadata["length_cut_turns"] = cuts
+    for key, reason in (("length_cut_turns", "length"), ("aborted_turns", "abort")):
+        cuts = _cuts(turns, reason)
+        if cuts:
+            sample_metadata[key] = cuts
     last = turns[-1]
     if last.status == "aborted":
-        sample_metadata["aborted_reason"] = last.record.finish_message or \
-            "the engine aborted the generation (finish_reason abort)"
+        sample_metadata["aborted_reason"] = _aborted_reason(last)
     return Sample(
         tokens=tokens,
         response_length=len(tokens) - len(prompt),
