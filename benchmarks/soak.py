@@ -266,6 +266,11 @@ async def run_session(http: httpx.AsyncClient, url: str, index: int, args: argpa
                 else None
             user, stream = _user(rng, cut, fault), rng.random() < 0.5
             reply = await conv.send(user, CUT_AT if cut else None, stream)
+            if reply.status == 409 and reply.code == "truncated_generation":
+                tally.statuses[reply.status] += 1
+                tally.refused += 1  # refuse: told so; the cut turn is retried (another draw)
+                conv.drop_last()
+                continue
             if fault is not None:  # told (a 502 or an error event), nothing committed
                 tally.faults += 1
                 if reply.status >= 500 or reply.stream_error:
@@ -275,10 +280,6 @@ async def run_session(http: httpx.AsyncClient, url: str, index: int, args: argpa
                                         f"{reply.status} without an error")
                 return
             tally.statuses[reply.status] += 1
-            if reply.status == 409 and reply.code == "truncated_generation":
-                tally.refused += 1  # refuse: told so; the cut turn is retried (another draw)
-                conv.drop_last()
-                continue
             if reply.status != 200:
                 tally.unexpected.append(f"{door} turn {conv.turns}: {reply.status} "
                                         f"{reply.code}")
