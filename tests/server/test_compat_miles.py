@@ -404,3 +404,25 @@ def test_developer_message_after_a_rollback_is_served_as_system(env: Env) -> Non
     records = env.get(sid)["records"]
     assert len(records) == 2
     assert records[-1]["request"]["messages"][-1]["content"] == developer["content"]
+
+
+# -- v2: the records of the active path ---------------------------------------------------------
+@pytest.mark.slow
+def test_v2_records_carry_the_active_paths_requests(qwen3_stack: tuple[Proc, Proc]) -> None:
+    engine, _ = qwen3_stack
+    gateway = start_gateway(engine.url, tokenizer_dir("qwen3"), "qwen3",
+                            "--session-version", "v2", "--compat", "miles")
+    try:
+        env = Env(gateway.url, miles=True)
+        sid = env.new()
+        a1 = env.turn(sid, [U1])
+        env.turn(sid, [U1, a1, T1])
+        env.turn(sid, [U1, a1, T1_DIFF])  # a sibling branch: the active path ends here
+        body = env.get(sid)
+        requests = [r["request"]["messages"] for r in body["records"]]
+        assert requests == [[U1], [U1, a1, T1_DIFF]]
+        assert body["records"][0]["response"]["choices"][0]["message"]["content"] == \
+            a1["content"]
+        assert len(body["metadata"]["tree"]["nodes"]) == 3
+    finally:
+        gateway.stop()
