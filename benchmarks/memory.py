@@ -12,7 +12,8 @@ splits the bytes by owner (token ids, logprobs, snapshot, messages, the rest).
 
 Then, on the server: the samples payload of a few sessions against the raw bytes of
 their tensors (wire dtypes: tokens int64, loss mask uint8, logprobs float32), and the
-body size of ``GET /sessions/<id>`` (default page, ``include_ids``, ``include_messages``)
+body size of ``GET /sessions/<id>`` (default page, ``include_ids``, ``include_messages``,
+``include_requests``)
 for one of these sessions and for one long session (``--long-turns`` turns of I=O=64).
 
     python benchmarks/memory.py
@@ -188,7 +189,8 @@ def page_sizes(gateway_url: str, sid: str) -> list[tuple[str, int, float]]:
 
     out = []
     for query in ("", "?include_ids=true", "?include_messages=true",
-                  "?include_ids=true&include_messages=true&limit=1000"):
+                  "?include_ids=true&include_messages=true&limit=1000",
+                  "?include_requests=true&limit=1000"):
         t0 = time.perf_counter()
         with urllib.request.urlopen(f"{gateway_url}/sessions/{sid}{query}", timeout=120) as r:
             body = r.read()

@@ -46,6 +46,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                          "scheme://host[:port]"]),
     "pause_mode": ({"pause_generation_mode": "freeze"},
                    ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
+    "compat": ({"compat": "slime"}, ["--compat 'slime'", "none, miles"]),
     "hosted_tools": ({"hosted_tools": "ignore"}, ["--hosted-tools 'ignore'", "drop, error"]),
     "images": ({"images": "drop"}, ["--images 'drop'", "reject, placeholder"]),
     "side_requests": ({"side_requests": "train"}, ["--side-requests 'train'", "drop, keep"]),

@@ -30,6 +30,9 @@ PAUSE_MODES = ("retract", "abort", "in_place")
 HOSTED_TOOLS = ("drop", "error")
 """What a request's hosted tools (``web_search``, file search, computer use, MCP servers:
 tools the gateway cannot run) become: left out of the render and noted, or a 400."""
+COMPAT = ("none", "miles")
+"""``miles``: the reference framework's session server where a client could depend on
+it (docs/miles.md#compatibility-mode); ``none``: tito's own behaviour."""
 IMAGES = ("reject", "placeholder")
 """What an image in a request becomes: a 400 naming it, or a fixed text marker."""
 SIDE_REQUESTS = ("drop", "keep")
@@ -116,6 +119,10 @@ class ServerConfig:
     hosted_tools: str = "drop"
     """``drop``: hosted tools are left out of the render, noted in the turn
     (``tito_turn_notes``) and logged once per session; ``error``: 400 ``unsupported_tool``."""
+    compat: str = "none"
+    """``miles``: error bodies ``{"error": "<text>"}`` with the reference's wording, 404
+    for a deleted session, one-chunk streaming, ``meta_info`` in chat replies and the
+    records' ``request``/``response`` by default (docs/miles.md)."""
     images: str = "reject"
     """``reject``: an image in a request is 400 ``unsupported_content``; ``placeholder``:
     each image is rendered as a fixed text marker (noted in the turn)."""
@@ -229,6 +236,8 @@ RULES: tuple[Rule, ...] = (
     Rule("pause_mode", lambda c: c.pause_generation_mode not in PAUSE_MODES,
          lambda c: f"--pause-generation-mode {c.pause_generation_mode!r} is not a pause mode; "
                    f"use one of {', '.join(PAUSE_MODES)}"),
+    Rule("compat", lambda c: c.compat not in COMPAT,
+         lambda c: f"--compat {c.compat!r} is not a choice; use one of {', '.join(COMPAT)}"),
     Rule("hosted_tools", lambda c: c.hosted_tools not in HOSTED_TOOLS,
          lambda c: f"--hosted-tools {c.hosted_tools!r} is not a choice; use one of "
                    f"{', '.join(HOSTED_TOOLS)}"),

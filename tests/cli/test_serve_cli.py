@@ -75,3 +75,19 @@ def test_strict_template_refuses_to_start(qwen3_dir: Path,
                  "--family", "default", "--strict-template", "--port", "0"])
     assert code == 2
     assert "failed the append-only self-check" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "rule"), [
+    ([], "keep"),
+    (["--compat", "miles"], "refuse"),
+    (["--compat", "miles", "--after-length-cut", "keep"], "keep"),
+    (["--after-length-cut", "refuse"], "refuse"),
+])
+def test_compat_miles_refuses_turns_after_a_length_cut(flags: list[str], rule: str) -> None:
+    """``--compat miles`` takes the reference's rule unless the flag says otherwise."""
+    from tito.cli import build_parser
+    from tito.cli.serve import config_from_args
+
+    args = build_parser("serve").parse_args(
+        ["serve", "--engine-url", "http://x", "--tokenizer", ".", *flags])
+    assert config_from_args(args).after_length_cut == rule

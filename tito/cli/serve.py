@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from tito.cli.supervise import supervise
-from tito.config import AFTER_LENGTH_CUT, HOSTED_TOOLS, IMAGES, SIDE_REQUESTS, ServerConfig
+from tito.config import AFTER_LENGTH_CUT, COMPAT, HOSTED_TOOLS, IMAGES, SIDE_REQUESTS, ServerConfig
 from tito.heap import freeze_startup_heap, one_malloc_arena, tune_for_serving
 from tito.render import FAMILIES
 from tito.session.matchers import BUILTIN
@@ -159,12 +159,17 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                    help="side requests (no tools, and structured output or a title, on a "
                         "session whose main agent has tools): their own agent context, "
                         "served either way; drop leaves their samples out, keep returns them")
-    p.add_argument("--after-length-cut", default="keep", choices=list(AFTER_LENGTH_CUT),
-                   help="a turn after a reply cut by finish_reason=length: keep accepts it "
-                        "and the sample holds every turn (the cut reply trains, its closing "
-                        "token is bridge, metadata length_cut_turns lists it); refuse answers "
-                        "409 truncated_generation before any engine call (the reference's "
-                        "rule: nothing is generated that no sample holds)")
+    p.add_argument("--after-length-cut", default=None, choices=list(AFTER_LENGTH_CUT),
+                   help="a turn after a reply cut by finish_reason=length: keep (default) "
+                        "accepts it and the sample holds every turn (the cut reply trains, its "
+                        "closing token is bridge, metadata length_cut_turns lists it); refuse "
+                        "(the default under --compat miles) answers 409 truncated_generation "
+                        "before any engine call (the reference's rule: nothing is generated "
+                        "that no sample holds)")
+    p.add_argument("--compat", default="none", choices=list(COMPAT),
+                   help="miles: behave as the reference framework's session server where a "
+                        "client could depend on it (error bodies, 404 after delete, one-chunk "
+                        "streaming, meta_info in replies, full records); none: tito's own")
     p.add_argument("--partial-rollout", action="store_true",
                    help="refused: partial rollout is not supported with sessions (any "
                         "version); accepted only to say so")
@@ -180,7 +185,9 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "lora_name": args.lora_name, "partial_rollout": args.partial_rollout,
             "hosted_tools": args.hosted_tools, "images": args.images,
             "side_requests": args.side_requests,
-            "after_length_cut": args.after_length_cut}
+            "after_length_cut": args.after_length_cut
+            or ("refuse" if args.compat == "miles" else "keep"),
+            "compat": args.compat}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

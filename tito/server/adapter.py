@@ -46,6 +46,7 @@ from tito.server.errors import status_of
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect
 from tito.server.serving import (
+    SSE_HEADERS,
     TurnStream,
     open_turn_stream,
     read_turn_body,
@@ -166,6 +167,11 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     def reply(outcome: TurnOutcome) -> B:
         return adapter.reply(ctx, turn, outcome, response_id)
 
+    one_chunk = getattr(adapter, "one_chunk", None)
+    if turn.stream and one_chunk is not None and gateway.config.compat == "miles":
+        body = await run_api_turn(gateway, request, session, raw, turn.turn, turn.params,
+                                  offload=offload, response_id=response_id, build=reply)
+        return Response(one_chunk(body), media_type="text/event-stream", headers=SSE_HEADERS)
     if turn.stream:  # a replayed stream is the committed turn's, under its response id
         stream = await cancel_on_disconnect(request, open_turn_stream(
             gateway, request, session, raw, turn.turn, turn.params, offload=offload,

@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tito.server.compat import miles_error_response, miles_status
 from tito.server.errors import error_response, status_of
 from tito.server.http import CLIENT_CLOSED
 from tito.types.errors import ErrorKind, TitoError
@@ -79,6 +80,9 @@ class Api:
     def fail(self, gateway: Gateway, request: Request, error: TitoError) -> Response:
         """Count ``error``, log it when it is a server-side failure, and word it."""
         status = self.status_of(error)
+        miles = gateway.config.compat == "miles" and self.name != "anthropic"
+        if miles:
+            status = miles_status(status)
         gateway.metrics.error(status, error.code, route_of(request))
         if status >= 500 and error.kind is ErrorKind.UNAVAILABLE:  # not a failure here
             log.warning("%s %s -> %d %s: %s", request.method, request.url.path, status,
@@ -86,6 +90,8 @@ class Api:
         elif status >= 500:
             log.error("%s %s -> %d %s: %s", request.method, request.url.path, status,
                       error.code, error.message, exc_info=error)
+        if miles:  # the reference's envelope (its Anthropic route keeps Anthropic's)
+            return miles_error_response(error, status, request.path_params.get("session_id"))
         return self.error_response(error, status)
 
     def routes_for(self, gateway: Gateway) -> list[Route]:

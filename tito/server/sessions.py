@@ -14,12 +14,13 @@ from tito.server.errors import error_response, status_of
 from tito.server.gateway import Gateway
 from tito.server.http import int_query, json_response, read_body, read_json
 from tito.server.journal import Journal
+from tito.server.records import PATH, reference_fields
 from tito.server.samples import samples_payload, samples_query, stored_sizes
 from tito.server.serving import read_turn_body
 from tito.session import TurnSession
 from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
-from tito.types.records import TurnRecord
+from tito.types.records import TurnRecord, snapshot_ids
 
 MAX_PAGE = 1000
 CONTROL_BODY_BYTES = 64 * 1024
@@ -134,6 +135,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
     offset = int_query(request, "offset", 0, 0, 1 << 31)
     limit = int_query(request, "limit", 100, 1, MAX_PAGE)
     include_ids = _flag(request, "include_ids")
+    full = _flag(request, "include_requests") or gateway.config.compat == "miles"
     page = session.records[offset : offset + limit]
     if include_ids:
         ids_in_page = 0
@@ -160,6 +162,11 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
         },
     }
     body["metadata"].update(details)  # a tree's: the records are its active path's
+    if full:  # the reference's request and response of each record (cost: docs/http.md)
+        messages = session.messages
+        for item, rec in zip(body["records"], page, strict=True):
+            item.update(reference_fields(rec, messages, gateway.model_name, include_ids))
+        body["metadata"]["accumulated_token_ids"] = snapshot_ids(session.records).tolist()
     if _flag(request, "include_messages"):
         body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)
@@ -169,6 +176,8 @@ def _record_item(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
     """One record as ``GET /sessions/<id>`` lists it."""
     item: dict[str, Any] = {
         "turn": rec.turn,
+        "path": PATH,  # the reference's: every record is a chat completion
+        "status_code": 200,
         "prompt_len": rec.prompt_len,
         "bridge_len": len(rec.bridge_ids),
         "drop": rec.drop,

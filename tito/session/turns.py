@@ -199,7 +199,11 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
     request_facts: dict[str, Any] = {
         "appended_roles": [m.get("role") for m in plan.appended],
         "rolled_back": plan.rolled_back,
+        # the request's messages are the path's first message_end - 1 (design §5.4)
+        "message_end": plan.keep_messages + len(plan.appended) + 1,
     }
+    if plan.request.settings:
+        request_facts["settings"] = plan.request.settings
     if plan.request.template_kwargs:
         request_facts["chat_template_kwargs"] = plan.request.template_kwargs
     if plan.request.notes:

@@ -60,6 +60,9 @@ class TurnRequest:
     context: str | None = None
     """The agent context that serves the request: set by the session when it claims the
     turn (:meth:`tito.session.Session.begin`)."""
+    settings: dict[str, Any] | None = None
+    """The request's explicit sampling settings (``temperature``, ``max_tokens``...):
+    kept in the turn's record (``request.settings``). JSON values only."""
 
 
 @dataclass(slots=True)

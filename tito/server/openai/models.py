@@ -153,6 +153,8 @@ class ChatCompletionRequest(_Open):
     n: int | None = 1
     chat_template_kwargs: dict[str, Any] | None = None
     response_format: ResponseFormat | None = None
+    return_meta_info: bool | None = None
+    """SGLang's: ``choices[0].meta_info`` in the reply (always under ``--compat miles``)."""
 
     @field_validator("n")
     @classmethod
@@ -257,6 +259,9 @@ class Choice(TypedDict):
     message: AssistantMessage
     logprobs: None
     finish_reason: str
+    meta_info: NotRequired[dict[str, Any]]
+    """With ``return_meta_info`` or ``--compat miles``: the engine's facts of the turn
+    (SGLang's names; replay payloads left out)."""
 
 
 class PromptTokensDetails(TypedDict):

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from tito.server.adapter import ApiTurn, EventStream, TurnContext
 from tito.server.errors import error_body
 from tito.server.gateway import Gateway, TurnOutcome
+from tito.server.openai.compat import one_chunk, request_settings, with_meta_info
 from tito.server.openai.convert import completion, hosted_names, turn_request, with_effort
 from tito.server.openai.decode import DecodedChat, decode_chat
 from tito.server.openai.events import DONE, live_events
@@ -50,6 +51,7 @@ class ChatCompletions:
         turn = turn_request(request.data, request.request, request.stored_prefix,
                             request.developer, images=ctx.gateway.config.images)
         harness_settings(ctx, request.request, turn)
+        turn.settings = request_settings(request.data)
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
                        ctx.gateway.model_name)
 
@@ -57,7 +59,14 @@ class ChatCompletions:
               response_id: str) -> ChatCompletion:
         reasoning = ctx.gateway.renderer.reasoning_tokens(outcome.result.output_ids,
                                                           outcome.parsed)
-        return completion(outcome, turn.model, reasoning)
+        body = completion(outcome, turn.model, reasoning)
+        if turn.request.request.return_meta_info or ctx.gateway.config.compat == "miles":
+            return with_meta_info(body, outcome)
+        return body
+
+    def one_chunk(self, body: ChatCompletion) -> bytes:
+        """``--compat miles``: the reply as one stream event (the reference's stream)."""
+        return one_chunk(body)
 
     def dump(self, body: ChatCompletion) -> bytes:
         return CHAT_COMPLETION.dump(body)
