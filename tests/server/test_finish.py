@@ -172,3 +172,14 @@ async def test_x_miles_idempotency_key_replays_even_after_finish(
     assert again.status_code == 200 and again.json() == first.json()
     assert again.headers["x-miles-generation-id"] == first.headers["x-miles-generation-id"]
     assert len(engine.calls) == 1
+
+
+async def test_a_streamed_reply_names_its_generation(
+        client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    sid = await new_session(client)
+    async with client.stream("POST", f"/sessions/{sid}/v1/chat/completions",
+                             json={**BODY, "stream": True}) as resp:
+        assert resp.status_code == 200
+        generation = resp.headers["x-miles-generation-id"]
+        text = "".join([chunk async for chunk in resp.aiter_text()])
+    assert f'"id":"{generation}"' in text.replace(" ", "")
