@@ -87,6 +87,17 @@ def test_settings_come_from_args_then_environment(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ValueError, match="--max-seq-len"):
         miles.settings_from_args(Namespace(tito_url="http://h:1",
                                            custom_agent_function_path="a.b", max_seq_len=1))
+    with pytest.raises(ValueError, match="--tito-lifecycle"):
+        miles.settings_from_args(Namespace(tito_url="http://h:1",
+                                           custom_agent_function_path="a.b",
+                                           tito_lifecycle="later"))
+    assert settings.lifecycle == "finish"
+
+
+def test_session_options_carry_evaluation_and_the_sampling_defaults() -> None:
+    assert miles.session_options(SAMPLING, True) == {"evaluation": True, "temperature": 0.0}
+    assert miles.session_options({"top_p": 0.9, "top_k": 20}, False) == {
+        "evaluation": False, "top_p": 0.9, "top_k": 20}
 
 
 def test_add_arguments_keeps_flags_the_framework_defines() -> None:
@@ -150,10 +161,14 @@ async def test_loader_adapts_the_legacy_form() -> None:
 
 
 # -- end to end: the new form on a v1 session ------------------------------------------------
-async def test_new_form_v1_gives_one_framework_sample(qwen3_stack: tuple[Proc, Proc]) -> None:
+@pytest.mark.parametrize("lifecycle", miles.LIFECYCLES)
+async def test_new_form_v1_gives_one_framework_sample(qwen3_stack: tuple[Proc, Proc],
+                                                      lifecycle: str) -> None:
+    """Both lifecycles (finish -> samples -> delete; samples -> delete) give the sample
+    tito's own tracer collects."""
     engine, gateway = qwen3_stack
     httpx.delete(engine.url + "/mock/requests")
-    args = args_for(gateway.url, "weather", max_seq_len=4096)
+    args = args_for(gateway.url, "weather", max_seq_len=4096, tito_lifecycle=lifecycle)
     sample = input_sample(index=3)
     out = await miles.generate(new_form_input(args, sample))
 
@@ -244,11 +259,25 @@ async def test_v2_single_sample_keeps_no_rollout_id(v2_gateway: Proc) -> None:
 
 
 # -- failures ---------------------------------------------------------------------------------
-async def test_an_agent_that_raises_still_has_its_turns_collected(
+async def test_an_agent_that_raises_gives_an_incomplete_snapshot(
         qwen3_stack: tuple[Proc, Proc]) -> None:
+    """The finish lifecycle: an agent that raised did not finish (the reference's rule)."""
     _, gateway = qwen3_stack
     got = await miles.generate_legacy(args_for(gateway.url, "one_turn_then_raise"),
                                       input_sample(), dict(SAMPLING))
+    assert got.status is fw.Sample.Status.ABORTED and got.tokens == []
+    assert got.metadata["aborted_reason"] == "empty: incomplete"
+    (call,) = fw.calls
+    assert (await asyncio.to_thread(httpx.get, call["base_url"])).status_code == 410
+
+
+async def test_an_agent_that_raises_still_has_its_turns_collected(
+        qwen3_stack: tuple[Proc, Proc]) -> None:
+    """The samples lifecycle collects the committed turns of an agent that raised."""
+    _, gateway = qwen3_stack
+    got = await miles.generate_legacy(
+        args_for(gateway.url, "one_turn_then_raise", tito_lifecycle="samples"),
+        input_sample(), dict(SAMPLING))
     assert got.status is fw.Sample.Status.COMPLETED and got.metadata["num_turns"] == 1
     assert got.metadata["agent_error"] == "RuntimeError: the tool sandbox crashed"
     assert got.response.endswith("Hi.<|im_end|>")

@@ -61,8 +61,9 @@ class _TrackingTracer(SessionTracer):
         super().__init__(*args, **kwargs)
         self.open_sessions: dict[str, TracedSession] = {}
 
-    async def create(self, key: object = None) -> TracedSession:
-        session = await super().create(key)
+    async def create(self, key: object = None, options: dict[str, Any] | None = None
+                     ) -> TracedSession:
+        session = await super().create(key, options)
         self.open_sessions[session.session_id] = session
         return session
 

@@ -129,14 +129,17 @@ class SessionTracer:
         return [u for u in ring if self._down.get(u, 0.0) <= now] + \
             [u for u in ring if self._down.get(u, 0.0) > now]
 
-    async def create(self, key: object = None) -> TracedSession:
+    async def create(self, key: object = None, options: dict[str, Any] | None = None
+                     ) -> TracedSession:
         """A new session on one of the gateways (see :meth:`place`); a worker that cannot
         be reached is passed over for the next (its transport error is raised when no
-        worker can be reached)."""
+        worker can be reached). ``options``: the ``POST /sessions`` body (sampling defaults,
+        ``evaluation``)."""
         candidates = self._candidates(self.place(key))
         for gateway in candidates:
             try:
-                resp = await send_idempotent(self._client, "POST", f"{gateway}/sessions")
+                resp = await send_idempotent(self._client, "POST", f"{gateway}/sessions",
+                                             json=options)
             except httpx.TransportError as exc:
                 if gateway == candidates[-1]:
                     raise
@@ -158,18 +161,35 @@ class SessionTracer:
         except httpx.HTTPError as exc:  # the session expires by TTL anyway
             log.warning("DELETE %s failed: %s", session.base_url, exc)
 
+    async def finish(self, session: TracedSession, *, producer_finished: bool = True,
+                     timeout: float = 60.0) -> dict[str, Any]:
+        """``POST /sessions/<id>/finish``: close admission, wait for the admitted turns,
+        seal a snapshot; its reply (``snapshot_id``, ``complete`` ...)."""
+        resp = await send_idempotent(self._client, "POST", f"{session.base_url}/finish",
+                                     json={"producer_finished": producer_finished,
+                                           "timeout": timeout})
+        if resp.status_code != 200:
+            raise CollectError(f"POST {session.base_url}/finish failed with "
+                               f"{resp.status_code}: {resp.text[:2000]}",
+                               status=resp.status_code)
+        return dict(resp.json())
+
     async def collect(self, session: TracedSession, *, max_seq_len: int | None = None,
                       metadata: dict[str, Any] | None = None,
                       include_response: bool = True,
-                      abort_on_transport_error: bool = True) -> DecodedSamples:
+                      abort_on_transport_error: bool = True,
+                      snapshot_id: str | None = None) -> DecodedSamples:
         """Assemble and fetch the samples, then delete the session (always).
 
         ``include_response=False`` leaves the decoded response text out of the payload
         (``Sample.response`` is None): the reply is then the tensors plus small JSON.
         ``abort_on_transport_error=False`` raises the timeout or transport error instead
-        of returning one ABORTED sample.
+        of returning one ABORTED sample. ``snapshot_id``: the snapshot a :meth:`finish`
+        sealed (the newer lifecycle).
         """
         body: dict[str, Any] = {"max_seq_len": max_seq_len}
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
         if metadata is not None:
             body["metadata"] = metadata
         if not include_response:

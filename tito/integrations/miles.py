@@ -110,6 +110,14 @@ class Settings:
     max_seq_len: int | None = None
     timeout: float = DEFAULT_TIMEOUT
     api_key: str | None = None
+    lifecycle: str = "finish"
+    """``finish`` (finish -> samples with its snapshot -> delete) or ``samples`` (the
+    older samples -> delete)."""
+
+
+LIFECYCLES = ("finish", "samples")
+SESSION_DEFAULTS = ("temperature", "top_p", "top_k")
+"""Sampling params sent as the session's defaults (``POST /sessions``)."""
 
 
 def settings_from_args(args: Any) -> Settings:
@@ -136,7 +144,11 @@ def settings_from_args(args: Any) -> Settings:
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"--tito-timeout must be a positive number, got {timeout!r}")
     api_key = getattr(args, "tito_api_key", None) or os.environ.get(ENV_API_KEY)
-    return Settings(urls, str(agent_path), max_seq_len, float(timeout), api_key)
+    lifecycle = getattr(args, "tito_lifecycle", None) or "finish"
+    if lifecycle not in LIFECYCLES:
+        raise ValueError(f"--tito-lifecycle must be one of {', '.join(LIFECYCLES)}, "
+                         f"got {lifecycle!r}")
+    return Settings(urls, str(agent_path), max_seq_len, float(timeout), api_key, lifecycle)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,6 +161,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      f"(default: ${ENV_API_KEY})"}),
         ("--tito-timeout", {"type": float, "default": DEFAULT_TIMEOUT,
                             "help": "seconds for each session create/collect/delete call"}),
+        ("--tito-lifecycle", {"choices": LIFECYCLES, "default": "finish",
+                              "help": "collect with finish -> samples -> delete (finish) "
+                                      "or samples -> delete (samples)"}),
         ("--custom-agent-function-path", {"type": str, "default": None,
                                           "help": "the agent: module.function"}),
         ("--max-seq-len", {"type": int, "default": None, "dest": "max_seq_len",
@@ -193,8 +208,8 @@ def load_agent_function(path: str) -> tuple[AgentFn, AbortHook | None]:
 
 
 # -- one trajectory --------------------------------------------------------------------
-async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
-                         ) -> tuple[list[Any], bool]:
+async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any],
+                         evaluation: bool = False) -> tuple[list[Any], bool]:
     """Run the configured agent on ``sample`` in a fresh session; return the framework
     samples and whether the framework wants them as a list (a v2 session, or several)."""
     settings = settings_from_args(args)
@@ -208,7 +223,8 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     metadata = {**(getattr(sample, "metadata", None) or {}), "session_server_id": server_id}
     if "instance_id" in facts:
         metadata["session_server_instance_id"] = facts["instance_id"]
-    session = await create_session(tracer, settings.timeout)
+    session = await create_session(tracer, settings.timeout,
+                                   options=session_options(sampling_params, evaluation))
     if settings.max_seq_len is not None:
         metadata["max_seq_len"] = settings.max_seq_len
     agent_meta: dict[str, Any] = {}
@@ -232,8 +248,7 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
             agent_meta["agent_error"] = (f"run_agent returned {type(result).__name__}, "
                                          "not a dict or None")
     try:
-        decoded = await tracer.collect(session, max_seq_len=settings.max_seq_len,
-                                       metadata=agent_meta, abort_on_transport_error=False)
+        decoded = await collect(tracer, session, settings, agent_meta)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
         log.warning("[session=%s] collecting failed: %r", session.session_id, exc)
         failed = aborted_copy(sample, f"collect failed: {exc!r}")
@@ -245,13 +260,40 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     return samples, as_list
 
 
+async def collect(tracer: SessionTracer, session: TracedSession, settings: Settings,
+                  agent_meta: dict[str, Any]) -> DecodedSamples:
+    """Collect in the configured lifecycle: ``finish`` (an agent that raised did not
+    finish its work: the snapshot is incomplete) -> samples of its snapshot -> delete, or
+    ``samples`` -> delete. The session is deleted whatever happens."""
+    snapshot = None
+    if settings.lifecycle == "finish":
+        try:
+            snapshot = (await tracer.finish(
+                session, producer_finished="agent_error" not in agent_meta,
+                timeout=min(settings.timeout, 90.0)))["snapshot_id"]
+        except BaseException:
+            await tracer.delete(session)
+            raise
+    return await tracer.collect(session, max_seq_len=settings.max_seq_len,
+                                metadata=agent_meta, abort_on_transport_error=False,
+                                snapshot_id=snapshot)
+
+
 RETRY_CREATE = frozenset({429, 502, 503, 504})
 """Statuses on which session creation is retried: too many sessions (back-pressure), the
 gateway's engine or a proxy in front of it not answering."""
 
 
-async def create_session(tracer: SessionTracer, budget: float, pause: float = 1.0
-                         ) -> TracedSession:
+def session_options(sampling_params: dict[str, Any] | None, evaluation: bool
+                    ) -> dict[str, Any]:
+    """The ``POST /sessions`` body: ``evaluation`` and the sampling defaults."""
+    params = sampling_params or {}
+    return {"evaluation": bool(evaluation),
+            **{k: params[k] for k in SESSION_DEFAULTS if params.get(k) is not None}}
+
+
+async def create_session(tracer: SessionTracer, budget: float, pause: float = 1.0, *,
+                         options: dict[str, Any] | None = None) -> TracedSession:
     """``POST /sessions``, retried every ``pause`` seconds for up to ``budget`` seconds
     while the gateway cannot be reached or answers a status of :data:`RETRY_CREATE`
     (a gateway restarting, or full): a trajectory waits rather than failing the rollout.
@@ -259,7 +301,7 @@ async def create_session(tracer: SessionTracer, budget: float, pause: float = 1.
     deadline = asyncio.get_running_loop().time() + budget
     while True:
         try:
-            return await tracer.create()
+            return await tracer.create(options=options)
         except (httpx.TransportError, CollectError) as exc:
             retry = not isinstance(exc, CollectError) or exc.status in RETRY_CREATE
             if not retry or asyncio.get_running_loop().time() + pause > deadline:
@@ -350,7 +392,8 @@ def _prefix_cache_info(template: Any, info: dict[str, int]) -> Any:
 async def generate(input: GenerateInput) -> Any:
     """The new form: ``async def generate(input) -> output``. ``input.evaluation`` runs the
     same way (the framework's agentic generate does not tell them apart either)."""
-    samples, as_list = await run_trajectory(input.args, input.sample, input.sampling_params)
+    samples, as_list = await run_trajectory(input.args, input.sample, input.sampling_params,
+                                            bool(input.evaluation))
     return generate_output(samples if as_list else samples[0])
 
 
@@ -358,7 +401,7 @@ async def generate_legacy(args: Any, sample: Any, sampling_params: dict[str, Any
                           evaluation: bool = False) -> Any:
     """The legacy form: ``async def generate(args, sample, sampling_params)`` -> one
     sample, or a list of samples for a v2 session."""
-    samples, as_list = await run_trajectory(args, sample, sampling_params)
+    samples, as_list = await run_trajectory(args, sample, sampling_params, evaluation)
     return samples if as_list else samples[0]
 
 

@@ -11,7 +11,7 @@ One safetensors container:
      "samples": [{"response", "response_length", "status", "weight_versions",
                   "metadata", "reward", "nulls": [<tensor fields that are None>]}],
      "session_metadata": {...},
-     "empty_reason": null | "no_records" | "all_truncated"}
+     "empty_reason": null | "no_records" | "all_truncated" | "incomplete"}
 
 Encoding makes arrays contiguous and converts a dtype only when every value survives
 (routed experts must already be int32). Decoding trusts nothing: every missing, extra,
@@ -41,7 +41,9 @@ from tito.samples.sample import (
 
 FORMAT_VERSION = 1
 META_KEY = "_samples_meta"
-EMPTY_REASONS: tuple[str | None, ...] = (None, "no_records", "all_truncated")
+EMPTY_REASONS: tuple[str | None, ...] = (None, "no_records", "all_truncated", "incomplete")
+"""``incomplete``: a finished snapshot whose producer did not finish, or whose turns
+were still running when its finish timed out (no samples)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from tito.server.serving import (
 from tito.server.unsupported import note_unenforced
 from tito.session import Session
 from tito.types.engine import SamplingParams
-from tito.types.errors import TitoError
+from tito.types.errors import BadRequest, TitoError
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
@@ -157,10 +157,11 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     raw, offload, decoded = await read_turn_body(
         gateway, request, lambda body: adapter.decode(ctx, body))
     turn = adapter.prepare(ctx, decoded)
-    note_unenforced(gateway.engine, turn.turn, turn.params)
+    params = session_params(state, turn)
+    note_unenforced(gateway.engine, turn.turn, params)
     core = turn.turn
     core.agent = agent
-    if turn.params.json_schema is not None:  # a side request's sign (design §5.5)
+    if params.json_schema is not None:  # a side request's sign (design §5.5)
         core.structured = True
     response_id = adapter.id_prefix + os.urandom(16).hex()
 
@@ -174,14 +175,46 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
         return Response(one_chunk(body), media_type="text/event-stream", headers=SSE_HEADERS)
     if turn.stream:  # a replayed stream is the committed turn's, under its response id
         stream = await cancel_on_disconnect(request, open_turn_stream(
-            gateway, request, session, raw, turn.turn, turn.params, offload=offload,
+            gateway, request, session, raw, turn.turn, params, offload=offload,
             response_id=response_id, route=route_of(request)))
         response_id = stream.response_id
         events = adapter.events(ctx, turn, stream, response_id, reply)
-        return sse_response(framed(events, stream))
-    body = await run_api_turn(gateway, request, session, raw, turn.turn, turn.params,
+        sse = sse_response(framed(events, stream))
+        sse.headers[GENERATION_HEADER] = response_id
+        return sse
+    body = await run_api_turn(gateway, request, session, raw, turn.turn, params,
                               offload=offload, response_id=response_id, build=reply)
-    return Response(adapter.dump(body), media_type=JSON)
+    answered = body.get("id") if isinstance(body, dict) else None  # a replay: its own id
+    return Response(adapter.dump(body), media_type=JSON,
+                    headers={GENERATION_HEADER: str(answered or response_id)})
+
+
+GENERATION_HEADER = "x-miles-generation-id"
+"""The reply's generation (its response id; a replayed answer keeps the first one's),
+as the reference framework names it."""
+OWNED_FIELDS = ("input_ids",)
+"""Request fields the gateway owns: a client that sends them is refused (400)."""
+
+
+def session_params(state: ApiState, turn: ApiTurn[Any]) -> SamplingParams:
+    """The turn's sampling settings with the session's defaults filled in for the fields
+    its request leaves out; 400 ``gateway_owned_field`` for a request that sends a field
+    the gateway owns (the prompt's ids come from the session, never from the client)."""
+    found = [turn.request, getattr(turn.request, "request", None)]
+    if isinstance(turn.request, tuple):
+        found.extend(turn.request)
+    models = [m for m in found if hasattr(type(m), "model_fields")]
+    for model in models:
+        extra = getattr(model, "model_extra", None) or {}
+        for name in OWNED_FIELDS:
+            if name in extra or getattr(model, name, None) is not None:
+                raise BadRequest(f"{name} is owned by the gateway (the session renders the "
+                                 "prompt's ids) and cannot be sent by the client",
+                                 code="gateway_owned_field")
+    options = state.options
+    if options is None or not models:
+        return turn.params
+    return options.fill(turn.params, models[0])
 
 
 async def framed(events: EventStream, stream: TurnStream) -> AsyncIterator[bytes]:

@@ -15,9 +15,11 @@ from tito.types.messages import Message
 
 if TYPE_CHECKING:
     from tito.server.anthropic.decode import LastBody as MessagesBody
+    from tito.server.finish import FinishState
     from tito.server.openai.decode import LastBody as ChatBody
     from tito.server.responses.decode import LastBody as ResponsesBody
     from tito.server.responses.history import ResponseHistory
+    from tito.server.session_options import SessionOptions
 
 
 MAX_AGENT_BODIES = 32
@@ -52,6 +54,10 @@ class ApiState(LastBodies):
     """Responses a journal replay brought back (the Responses history takes them in)."""
     hosted_warned: set[str] = field(default_factory=set)
     """Hosted tools already logged as left out (one warning per session and tool)."""
+    options: SessionOptions | None = None
+    """What ``POST /sessions`` asked for: sampling defaults, ``evaluation``."""
+    finish: FinishState | None = None
+    """Its finish, once ``POST /sessions/<id>/finish`` was called (admission closed)."""
 
     def last_bodies(self, agent: str | None) -> LastBodies:
         """The last bodies of the agent context ``agent`` names (None: no header)."""

@@ -1,7 +1,8 @@
 """Idempotent retries (design §7): a retried request gets the answer of the turn it
 retries instead of a second generation.
 
-A request is a *retry* when it carries an ``Idempotency-Key`` header equal to that of the
+A request is a *retry* when it carries an ``Idempotency-Key`` header (or the reference
+framework's ``X-Miles-Idempotency-Key``) equal to that of the
 turn it repeats, or the OpenAI/Anthropic SDKs' ``x-stainless-retry-count`` above 0 with a
 body byte-identical to it. If that turn is still running, the retry waits for it (instead
 of 409); if it was answered, the retry gets the same answer again (a streamed turn's
@@ -24,6 +25,8 @@ from xxhash import xxh3_128_intdigest
 
 from tito.types.errors import ErrorKind, TitoError
 
+KEY_HEADERS = (b"idempotency-key", b"x-miles-idempotency-key")
+"""The key's headers: ours, and the reference framework's (the same meaning)."""
 MAX_ANSWERED = 64
 """Answers a session remembers at most (one per turn it has run at once)."""
 
@@ -51,7 +54,7 @@ class RetryKey:
         key: str | None = None
         count = b"0"
         for name, value in request.scope["headers"]:  # raw ASGI headers: no Headers object
-            if name == b"idempotency-key" and key is None:
+            if name in KEY_HEADERS and key is None:
                 key = value.decode("latin-1")
             elif name == b"x-stainless-retry-count":
                 count = value.strip()

@@ -30,6 +30,12 @@ class SamplesQuery:
     max_seq_len: int | None = None
     metadata: dict[str, Any] | None = None
     include_response: bool = True
+    snapshot_id: str | None = None
+    """The snapshot a finish sealed (None: what is committed now)."""
+
+    def export_params(self) -> tuple[Any, ...]:
+        """What a snapshot's repeated export must ask again."""
+        return (self.max_seq_len, self.metadata, self.include_response)
 
 
 def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
@@ -38,7 +44,7 @@ def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
     data = decode_json(raw, allow_empty=True)
     if not isinstance(data, dict):
         raise BadRequest("samples body must be a JSON object")
-    unknown = set(data) - {"max_seq_len", "metadata", "include_response"}
+    unknown = set(data) - {"max_seq_len", "metadata", "include_response", "snapshot_id"}
     if unknown:
         raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
     max_seq_len = data.get("max_seq_len")
@@ -52,7 +58,10 @@ def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
     include_response = data.get("include_response", True)
     if not isinstance(include_response, bool):
         raise BadRequest("include_response must be true or false")
-    return SamplesQuery(max_seq_len, metadata, include_response)
+    snapshot_id = data.get("snapshot_id")
+    if snapshot_id is not None and (not isinstance(snapshot_id, str) or not snapshot_id):
+        raise BadRequest("snapshot_id must be the string a finish returned, or null")
+    return SamplesQuery(max_seq_len, metadata, include_response, snapshot_id)
 
 
 def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,
@@ -69,15 +78,24 @@ def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,
 
 async def samples_payload(gateway: Gateway, session: Session, max_seq_len: int | None,
                           metadata: dict[str, Any] | None, *,
-                          include_response: bool = True) -> bytes:
-    """Assemble and encode the session's samples from what is committed."""
+                          include_response: bool = True,
+                          collection: Collection | None = None,
+                          incomplete: bool = False) -> bytes:
+    """Assemble and encode the session's samples from what is committed (or from
+    ``collection``, a finish's snapshot; ``incomplete``: no samples, empty_reason
+    ``incomplete``)."""
     settings = collect_settings(gateway, max_seq_len=max_seq_len,
                                 include_response=include_response, agent_metadata=metadata)
-    return await gateway.offload(_encoded, gateway, session.collection(), settings)
+    return await gateway.offload(_encoded, gateway, collection or session.collection(),
+                                 settings, incomplete)
 
 
-def _encoded(gateway: Gateway, collection: Collection, settings: CollectSettings) -> bytes:
+def _encoded(gateway: Gateway, collection: Collection, settings: CollectSettings,
+             incomplete: bool = False) -> bytes:
     collected = collection.collect(settings)
+    if incomplete:  # an incomplete trace trains nothing (the reference's rule)
+        return encode_samples([], session_metadata=collected.session_metadata,
+                              empty_reason="incomplete")
     if collected.leaf_samples:
         gateway.metrics.inc("leaf_samples_total", collected.leaf_samples)
     count_samples(gateway, collected.samples)

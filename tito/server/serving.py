@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 from tito.parse.base import stable_call_ids
 from tito.parse.stream import Delta, DeltaStream, Parse
 from tito.server.api_state import ApiState
+from tito.server.finish import check_admission
 from tito.server.gateway import Gateway, TurnOutcome
 from tito.server.http import cancel_on_disconnect, read_body
 from tito.server.idempotency import RetryKey, TurnGone, TurnReplies
@@ -63,6 +64,7 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
     if answer is not None and not isinstance(answer, TurnOutcome):  # not a streamed one
         gateway.metrics.inc("idempotent_replays_total")
         return answer
+    check_admission(session)  # a finished session replays its answers, runs no new turn
     running = replies.start(retry)
     try:
         outcome = await cancel_on_disconnect(
@@ -152,6 +154,7 @@ async def open_turn_stream(gateway: Gateway, request: Request, session: Session,
         gateway.metrics.inc("idempotent_replays_total")
         return TurnStream(no_events(), answer, answer.response_id or response_id, gateway,
                           route)
+    check_admission(session)
     running = replies.start(retry)
     events = tracked(replies, retry, running, gateway.run_turn_stream(
         session, turn, params, offload=offload, response_id=response_id))

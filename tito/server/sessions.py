@@ -10,14 +10,17 @@ from starlette.responses import PlainTextResponse, Response
 
 from tito.config import PAUSE_MODES
 from tito.server.api import Api
+from tito.server.api_state import ApiState
 from tito.server.errors import error_response, status_of
+from tito.server.finish import cached_export, finish, finish_query, snapshot_of
 from tito.server.gateway import Gateway
 from tito.server.http import int_query, json_response, read_body, read_json
 from tito.server.journal import Journal
 from tito.server.records import PATH, reference_fields
 from tito.server.samples import samples_payload, samples_query, stored_sizes
 from tito.server.serving import read_turn_body
-from tito.session import TurnSession
+from tito.server.session_options import session_options
+from tito.session import Session, TurnSession
 from tito.types.engine import EngineStats
 from tito.types.errors import BadRequest, NotFound
 from tito.types.records import TurnRecord, snapshot_ids
@@ -114,8 +117,16 @@ async def metrics(gateway: Gateway, request: Request) -> Response:
 
 
 async def create_session(gateway: Gateway, request: Request) -> Response:
+    """A new session; the optional body sets sampling defaults and ``evaluation``
+    (:mod:`tito.server.session_options`; a bad body is a 400 and creates nothing)."""
+    raw = await read_body(request, _control_limit(gateway))
+    options = session_options(raw) if raw.strip() else None
     session = await gateway.create_session()
-    return json_response({"session_id": session.session_id})
+    reply: dict[str, Any] = {"session_id": session.session_id}
+    if options is not None:
+        ApiState.of(session).options = options
+        reply.update(options.view())
+    return json_response(reply)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -167,6 +178,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
         for item, rec in zip(body["records"], page, strict=True):
             item.update(reference_fields(rec, messages, gateway.model_name, include_ids))
         body["metadata"]["accumulated_token_ids"] = snapshot_ids(session.records).tolist()
+    body["metadata"].update(lifecycle_view(whole))
     if _flag(request, "include_messages"):
         body["messages"] = session.messages[offset : offset + limit]  # message indices
     return json_response(body)
@@ -203,14 +215,46 @@ async def delete_session(gateway: Gateway, request: Request) -> Response:
 
 async def samples(gateway: Gateway, request: Request) -> Response:
     """The session's samples (design §6); a body over ``OFFLOAD_BYTES`` (a big
-    ``metadata``) is decoded and checked in the worker pool, as the samples are built."""
+    ``metadata``) is decoded and checked in the worker pool, as the samples are built.
+    With ``snapshot_id``: the snapshot a finish sealed, its first export kept."""
     session = gateway.session(request.path_params["session_id"])
     depth = gateway.config.max_json_depth
     _, _, query = await read_turn_body(gateway, request,
                                        lambda raw: samples_query(raw, max_depth=depth))
-    payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
-                                    include_response=query.include_response)
-    return Response(payload, media_type="application/octet-stream")
+    if query.snapshot_id is None:
+        payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
+                                        include_response=query.include_response)
+        return Response(payload, media_type="application/octet-stream")
+    snapshot = snapshot_of(session, query.snapshot_id)
+    params = query.export_params()
+    cached = cached_export(snapshot, params)
+    if cached is None:
+        cached = await samples_payload(
+            gateway, session, query.max_seq_len, query.metadata,
+            include_response=query.include_response, collection=snapshot.collection,
+            incomplete=not snapshot.complete)
+        if snapshot.export is None:  # two first exports at once: the first one is kept
+            snapshot.export = (params, cached)
+        cached = cached_export(snapshot, params) or cached
+    return Response(cached, media_type="application/octet-stream")
+
+
+async def finish_session(gateway: Gateway, request: Request) -> Response:
+    """Close admission, wait for the admitted turns, seal a snapshot (idempotent)."""
+    session = gateway.session(request.path_params["session_id"])
+    query = finish_query(await read_body(request, _control_limit(gateway)))
+    return json_response(await finish(gateway, session, query))
+
+
+def lifecycle_view(session: Session) -> dict[str, Any]:
+    """The session's options and finish, as ``GET /sessions/<id>`` shows them."""
+    state = ApiState.of(session)
+    view: dict[str, Any] = {} if state.options is None else state.options.view()
+    if state.finish is not None:
+        sealed = state.finish.sealed
+        view["finish"] = (sealed.result().reply if sealed.done()
+                          and sealed.exception() is None else {"sealed": False})
+    return view
 
 
 async def pause(gateway: Gateway, request: Request) -> Response:
@@ -270,6 +314,7 @@ API = Api(
         ("/sessions/{session_id}", get_session, ["GET"]),
         ("/sessions/{session_id}", delete_session, ["DELETE"]),
         ("/sessions/{session_id}/samples", samples, ["POST"]),
+        ("/sessions/{session_id}/finish", finish_session, ["POST"]),
         ("/pause", pause, ["POST"]),
         ("/pause_generation", pause, ["POST"]),
         ("/continue", resume, ["POST"]),

@@ -2,8 +2,9 @@
 
 Requests are validated only: the session keeps the client's message dicts as sent, so
 replay matching compares what the client really sends. Unknown top-level fields are
-accepted and ignored, as OpenAI-compatible servers do; fields TITO owns (``input_ids``,
-``logprobs``) are ignored on purpose. Responses are built by
+accepted and ignored, as OpenAI-compatible servers do; ``logprobs`` (TITO owns the
+tokens) is ignored on purpose, and ``input_ids`` is refused by the turn route (400
+``gateway_owned_field``). Responses are built by
 :mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and
 serialized by :class:`~tito.server.wire.Wire`.
 """
