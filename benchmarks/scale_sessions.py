@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -88,7 +89,8 @@ def probe(gateway: str, engine: str, prompt_ids: list[int], n: int) -> dict[str,
         http_json("DELETE", f"{gateway}/sessions/{sid}")
         turns.append(ms)
         added.append(ms - engine_ms)
-    return {"turn_p50": _pct(turns, 50), "turn_p99": _pct(turns, 99),
+    return {"load_avg": os.getloadavg()[0], "turn_p50": _pct(turns, 50),
+            "turn_p99": _pct(turns, 99),
             "added_p50": _pct(added, 50), "added_p99": _pct(added, 99),
             "added_mean": statistics.fmean(added)}
 
@@ -178,9 +180,10 @@ def report(f: dict[str, Any]) -> None:
     for label, key in (("empty gateway", "empty"), ("all sessions live", "full")):
         p = f[key]
         rows.append([label, fmt(p["turn_p50"], 2), fmt(p["turn_p99"], 2),
-                     fmt(p["added_p50"], 2), fmt(p["added_p99"], 2)])
+                     fmt(p["added_p50"], 2), fmt(p["added_p99"], 2), fmt(p["load_avg"], 1)])
     print_table("small turn (fresh session, 19-token prompt, 12-token reply), ms",
-                ["gateway", "turn p50", "turn p99", "added p50", "added p99"], rows,
+                ["gateway", "turn p50", "turn p99", "added p50", "added p99",
+                 "machine load (1 min)"], rows,
                 caption="added = gateway turn - the same prompt straight to the engine, "
                         "per pair; target: added p99 <= 5 ms")
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from _load import run_phase
 from _paths import QWEN3_DIR
@@ -48,9 +48,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=32, help="sessions running at once")
     p.add_argument("--workers", default="1,2", help="worker counts compared")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    p.add_argument("--same-total-load", dest="per_worker", action="store_false",
+                   help="the same S sessions and concurrency whatever the worker count "
+                        "(default: S and --concurrency per worker, so every worker sees the "
+                        "load one worker sees alone)")
+    p.add_argument("--gateway-cpus", default=None, metavar="LIST",
+                   help="pin the gateway (supervisor and workers) to these CPUs (taskset "
+                        "list, e.g. 0,1) and the engine and the load generator to the "
+                        "others: on a machine with spare cores, the gateway alone on N cores")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR, help="Qwen3 tokenizer folder")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     return p.parse_args(argv)
+
+
+def cpu_list(text: str) -> set[int]:
+    """A taskset CPU list (``0,1`` or ``0-3,6``)."""
+    out: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
 
 
 def children(pid: int) -> list[int]:
@@ -73,19 +90,28 @@ def wait_encoders(urls: list[str]) -> None:
             time.sleep(0.05)
 
 
-def one_run(args: argparse.Namespace, wl: Any, warm: Any, n: int) -> dict[str, float]:
+def one_run(args: argparse.Namespace, n: int) -> dict[str, float]:
+    pin = ["taskset", "-c", args.gateway_cpus] if args.gateway_cpus else []
+    scale = n if args.per_worker else 1
+    wl = build_workload(args.tokenizer, sessions=args.sessions * scale, turns=args.turns,
+                        input_tokens=args.input_tokens, output_tokens=args.output_tokens)
+    wl.concurrency = args.concurrency * scale
+    warm = build_workload(args.tokenizer, sessions=4 * n, turns=2,
+                          input_tokens=args.input_tokens, output_tokens=args.output_tokens)
     mock = start_mock(args.tokenizer)
     base = free_port_block(n)
-    cmd = tito_command("serve", "--engine-url", mock.url, "--tokenizer", str(args.tokenizer),
-                       "--family", "qwen3", "--port", str(base), "--workers", str(n),
-                       "--log-level", "warning")
+    cmd = [*pin, *tito_command("serve", "--engine-url", mock.url, "--tokenizer",
+                               str(args.tokenizer), "--family", "qwen3", "--port", str(base),
+                               "--workers", str(n), "--log-level", "warning")]
     gw = start_server("tito serve --workers", cmd)
     urls = ",".join(f"http://127.0.0.1:{base + i}" for i in range(n))
     try:
         wait_encoders(urls.split(","))
-        workers = children(gw.pid)
-        watch = {"supervisor": gw.pid, "engine": mock.pid,
-                 **{f"worker{i}": pid for i, pid in enumerate(workers)}}
+        # --workers 1 serves in the process itself; N > 1: a supervisor and N children
+        workers = children(gw.pid) or [gw.pid]
+        watch = {"engine": mock.pid, **{f"worker{i}": pid for i, pid in enumerate(workers)}}
+        if workers != [gw.pid]:
+            watch["supervisor"] = gw.pid
         run_phase("gateway", urls, warm, watch)
         phase = run_phase("gateway", urls, wl, watch)
     finally:
@@ -101,6 +127,7 @@ def one_run(args: argparse.Namespace, wl: Any, warm: Any, n: int) -> dict[str, f
     return {"workers": n, "turns_per_s": turns / load.wall_s,
             "gateway_ms": gateway * 1e3 / turns, "engine_ms": cpu["engine"] * 1e3 / turns,
             "loadgen_ms": load.loadgen_cpu_s * 1e3 / turns,
+            "supervisor_ms": cpu.get("supervisor", 0.0) * 1e3 / turns,
             "busiest_worker_cores": busiest / load.wall_s,
             "gateway_cores": gateway / load.wall_s, "other_cores": phase.other_cores}
 
@@ -116,12 +143,15 @@ def median_rows(runs: list[dict[str, float]]) -> list[dict[str, float]]:
 def report(rows: list[dict[str, float]], args: argparse.Namespace) -> dict[str, float]:
     print_table(
         f"gateway workers: one mock engine, S={args.sessions} x T={args.turns} "
-        f"(I={args.input_tokens} O={args.output_tokens}), {args.concurrency} at a time, "
-        f"median of {args.rounds} interleaved rounds",
-        ["workers", "turns/s", "gateway CPU/turn (ms)", "engine CPU/turn (ms)",
+        f"(I={args.input_tokens} O={args.output_tokens}), {args.concurrency} at a time"
+        f"{' per worker' if args.per_worker else ''}, median of {args.rounds} interleaved "
+        "rounds",
+        ["workers", "turns/s", "gateway CPU/turn (ms)", "of which supervisor",
+         "engine CPU/turn (ms)",
          "load gen CPU/turn (ms)", "gateway cores", "busiest worker cores",
          "other processes (cores)"],
         [[int(r["workers"]), fmt(r["turns_per_s"], 0), fmt(r["gateway_ms"], 3),
+          fmt(r["supervisor_ms"], 3),
           fmt(r["engine_ms"], 3), fmt(r["loadgen_ms"], 3), fmt(r["gateway_cores"], 2),
           fmt(r["busiest_worker_cores"], 2), fmt(r["other_cores"], 2)] for r in rows],
         caption="CPU per turn over the timed part; the engine, the load generator and "
@@ -149,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tokenizer.is_dir():
         print(f"no tokenizer folder {args.tokenizer}", file=sys.stderr)
         return 2
-    wl = build_workload(args.tokenizer, sessions=args.sessions, turns=args.turns,
-                        input_tokens=args.input_tokens, output_tokens=args.output_tokens)
-    wl.concurrency = args.concurrency
-    warm = build_workload(args.tokenizer, sessions=4, turns=2, input_tokens=args.input_tokens,
-                          output_tokens=args.output_tokens)
+    if args.gateway_cpus:  # this process, the engine and the load generator: the rest
+        gateway = cpu_list(args.gateway_cpus)
+        rest = os.sched_getaffinity(0) - gateway
+        if not rest:
+            raise SystemExit("--gateway-cpus leaves no CPU for the engine and load generator")
+        os.sched_setaffinity(0, rest)
     counts = [int(n) for n in args.workers.split(",")]
-    runs = [one_run(args, wl, warm, n) for _ in range(args.rounds) for n in counts]
+    runs = [one_run(args, n) for _ in range(args.rounds) for n in counts]
     rows = median_rows(runs)
     ratios = report(rows, args)
     if args.json is not None:
