@@ -80,6 +80,9 @@ class _LoadRun:
     def __init__(self, mode: str, url: str, wl: Workload, http: Any) -> None:
         self.mode = mode
         self.url = url
+        self.urls = url.split(",")
+        """Several gateway workers (``url`` = ``URL0,URL1,...``): session i goes to
+        ``urls[i % len(urls)]``, as a client that places its sessions would."""
         self.wl = wl
         self.http = http
         self.sids: list[str] = []
@@ -89,16 +92,19 @@ class _LoadRun:
         """Create the gateway sessions (the token baselines have none)."""
         if self.mode != "gateway":
             return
-        for _ in range(self.wl.sessions):
-            async with self.http.post(self.url + "/sessions") as resp:
+        for i in range(self.wl.sessions):
+            async with self.http.post(self.url_of(i) + "/sessions") as resp:
                 self.sids.append((await resp.json())["session_id"])
+
+    def url_of(self, i: int) -> str:
+        return self.urls[i % len(self.urls)]
 
     async def warm_pool(self) -> None:
         """Warm the connection pool so the timed run does not pay for TCP handshakes."""
-        async def ping() -> None:
-            async with self.http.get(self.url + "/health") as resp:
+        async def ping(i: int) -> None:
+            async with self.http.get(self.url_of(i) + "/health") as resp:
                 await resp.read()
-        await asyncio.gather(*(ping() for _ in range(min(self.wl.sessions, 256))))
+        await asyncio.gather(*(ping(i) for i in range(min(self.wl.sessions, 256))))
 
     async def timed_post(self, endpoint: str, body: bytes) -> bytes | None:
         """POST ``body``, record its latency; the response body, or None (error recorded)."""
@@ -117,7 +123,7 @@ class _LoadRun:
         import orjson
 
         wl, tally = self.wl, self.tally
-        endpoint = f"{self.url}/sessions/{self.sids[i]}/v1/chat/completions"
+        endpoint = f"{self.url_of(i)}/sessions/{self.sids[i]}/v1/chat/completions"
         history = bytearray(b",".join(orjson.dumps(m) for m in wl.first_messages[i]))
         prev = 0
         for t in range(wl.turns):
@@ -185,10 +191,10 @@ class _LoadRun:
         if self.mode != "gateway" or self.wl.keep_sessions:
             return
 
-        async def delete(sid: str) -> None:
-            async with self.http.delete(f"{self.url}/sessions/{sid}") as resp:
+        async def delete(i: int, sid: str) -> None:
+            async with self.http.delete(f"{self.url_of(i)}/sessions/{sid}") as resp:
                 await resp.read()
-        await asyncio.gather(*(delete(s) for s in self.sids))
+        await asyncio.gather(*(delete(i, s) for i, s in enumerate(self.sids)))
 
     def result(self, wall: float, cpu: float) -> LoadResult:
         t = self.tally

@@ -178,3 +178,21 @@ def test_soak_tiny(tmp_path: Path, policy: str) -> None:
     out = run_benchmark("soak.py", "--sessions", "6", "--turns", "6", "--cut-share", "0.4",
                         "--", "--after-length-cut", policy, tmp_path=tmp_path)
     assert "turns committed vs turns in samples" in out and "OK" in out
+
+
+def test_scale_sessions_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("scale_sessions.py", "--sessions", "4", "--turns", "2",
+                        "--input-tokens", "64", "--output-tokens", "32", "--probes", "5",
+                        "--concurrency", "2", tmp_path=tmp_path)
+    for label in ("live sessions", "marginal bytes per token", "projected RSS",
+                  "empty gateway", "all sessions live", "added p99"):
+        assert label in out, label
+
+
+def test_workers_scaling_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("workers_scaling.py", "--sessions", "4", "--turns", "2",
+                        "--input-tokens", "16", "--output-tokens", "16", "--rounds", "1",
+                        "--concurrency", "2", tmp_path=tmp_path)
+    for label in ("gateway workers", "gateway CPU/turn", "gateway capacity ratio",
+                  "measured turns/s ratio"):
+        assert label in out, label
