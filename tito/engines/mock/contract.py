@@ -273,12 +273,14 @@ def check_lengths(n_in: int, sp: dict[str, Any], context_length: int) -> None:
 
 def check_sampling_mask(body: dict[str, Any], sp: dict[str, Any]) -> None:
     """SGLang admits ``return_sampling_mask`` only when sampling truncates: a finite
-    ``top_k`` or ``top_p < 1`` (else the kept set is the whole vocabulary)."""
+    ``top_k`` or ``top_p < 1`` (else the kept set is the whole vocabulary); greedy
+    sampling is ``top_k`` 1 inside SGLang."""
     if not body.get("return_sampling_mask"):
         return
     top_k = -1 if sp.get("top_k") is None else sp["top_k"]
     top_p = 1.0 if sp.get("top_p") is None else sp["top_p"]
-    if not (0 < top_k < 1 << 30) and not top_p < 1.0:
+    greedy = sp.get("temperature") is not None and sp["temperature"] < 1e-6  # top_k 1
+    if not (0 < top_k < 1 << 30) and not top_p < 1.0 and not greedy:
         raise RequestError("return_sampling_mask requires a finite top_k or top_p < 1")
 
 
