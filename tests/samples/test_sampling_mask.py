@@ -5,6 +5,8 @@ malformed ids/offsets while a payload without the feature is unchanged."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import orjson
 import pytest
@@ -30,7 +32,7 @@ def kept_sets(sample: Sample) -> list[list[int]]:
     ids, offsets = sample.rollout_sampling_mask, sample.rollout_sampling_mask_offsets
     assert ids is not None and offsets is not None
     assert ids.dtype == np.int32 and offsets.dtype == np.int64
-    return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)]
 
 
 def records() -> list[TurnRecord]:
