@@ -127,6 +127,7 @@ async def test_v1_retry_and_truncation_match_the_oracle(make: Any, qwen3_rendere
         assert streamed.status_code == 200 and "[DONE]" in streamed.text
         [full] = await samples(http, sid)
         assert len(full.metadata["lifecycle"]) == 3  # turn 1 retried, turn 2 streamed
+        assert (await http.get("/health")).json()["sampling_mask_replay"] is True
         check(full, vocab)
         [cut] = await samples(http, sid, max_seq_len=len(full.tokens) - 2)
     assert cut.status == "truncated" and len(cut.tokens) == len(full.tokens) - 2
