@@ -56,6 +56,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                                "routing_replay": True}, ["--routing-replay", "embedded"]),
     "indexer_replay_engine": ({"engine": "embedded", "engine_url": None, "tokenizer": "",
                                "indexer_replay": True}, ["--indexer-replay", "embedded"]),
+    "sampling_mask_engine": ({"engine": "vllm", "sampling_mask_replay": True},
+                             ["--sampling-mask-replay", "/inference/v1/generate"]),
     "routing_layers_unused": ({"routing_layers": 4}, ["--routing-layers is only used with "
                                                       "--routing-replay"]),
     "routing_layers": ({"routing_replay": True, "routing_layers": 0,

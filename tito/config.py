@@ -111,6 +111,10 @@ class ServerConfig:
     indexer_replay: bool = False
     """Ask the engine for sparse-attention indexer top-k (DeepSeek NSA-style) and put
     ``rollout_indexer_topk`` in the samples."""
+    sampling_mask_replay: bool = False
+    """Ask the engine for the kept token set of every generated position (top-k / top-p /
+    min-p survivors; SGLang ``return_sampling_mask``) and put ``rollout_sampling_mask``
+    in the samples."""
     routing_layers: int | None = None
     """Layers per routed-experts row (None: ``num_hidden_layers`` of the model's
     ``config.json`` in the tokenizer folder)."""
@@ -163,6 +167,14 @@ class Rule:
     broken: Callable[[ServerConfig], bool]
     message: Callable[[ServerConfig], str]
     level: Literal["error", "warning"] = "error"
+
+
+def _no_mask_reason(engine: str) -> str:
+    if engine == "vllm":
+        return ("vLLM returns sampling masks only on its /inference/v1/generate route "
+                "(--return-sampling-mask), and the gateway reaches vLLM through "
+                "/v1/completions, which does not carry them")
+    return "the embedded engine does not report its sampling support"
 
 
 def _replay_flags(c: ServerConfig) -> str:
@@ -257,6 +269,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: "--indexer-replay needs an engine that reports indexer top-k (--engine "
                    "sglang, or the mock with --enable-return-indexer-topk); the embedded "
                    "model has no sparse-attention indexer"),
+    Rule("sampling_mask_engine", lambda c: c.sampling_mask_replay
+         and c.engine in ("embedded", "vllm"),
+         lambda c: f"--sampling-mask-replay needs an engine that returns the kept token set "
+                   f"of every generated position (--engine sglang with return_sampling_mask, "
+                   f"or the mock); {_no_mask_reason(c.engine)}"),
     Rule("routing_layers_unused", lambda c: c.routing_layers is not None
          and not c.routing_replay,
          lambda c: "--routing-layers is only used with --routing-replay; add it or drop "

@@ -365,3 +365,17 @@ async def test_session_creation_waits_while_the_gateway_is_full(
             await miles.create_session(SessionTracer(gateway.url + "/nope"), 5.0)
     finally:
         gateway.stop()
+
+
+def test_overlay_carries_sampling_masks_only_when_present() -> None:
+    """``--sampling-mask-replay`` samples hand the framework their kept ids and offsets;
+    without them the template gets no such attribute."""
+    base = {"tokens": np.array([1, 2, 3], np.int64), "response_length": 2,
+            "loss_mask": np.array([1, 1], np.uint8),
+            "rollout_log_probs": np.array([-0.5, -0.25], np.float64)}
+    masked = Sample(**base, rollout_sampling_mask=np.array([2, 9, 3], np.int32),
+                    rollout_sampling_mask_offsets=np.array([0, 2, 3], np.int64))
+    got = miles.overlay(masked, fw.Sample())
+    assert got.rollout_sampling_mask.tolist() == [2, 9, 3]
+    assert got.rollout_sampling_mask_offsets.tolist() == [0, 2, 3]
+    assert not hasattr(miles.overlay(Sample(**base), fw.Sample()), "rollout_sampling_mask")

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from tito.config import ServerConfig
+from tito.engines.sglang_reply import parse_generate_response
 from tito.server.routing_replay import routing_shape
 from tito.types.errors import ConfigError, EngineError
-from tito.types.replay import decode_rows
+from tito.types.replay import check_sampling_mask, decode_rows
 
 
 def payload(*shape: int) -> bytes:
@@ -50,3 +51,40 @@ def test_shape_from_flags_or_config_json(tmp_path: Path) -> None:
         '{"num_hidden_layers": 48, "num_experts_per_tok": 8}')
     assert routing_shape(ServerConfig(**base)) == (48, 8)
     assert routing_shape(ServerConfig(**{**base, "routing_replay": False})) == (None, None)
+
+
+# -- sampling masks (SGLang meta_info.output_token_sampling_mask) ------------------------
+def sglang_reply(sets: object, output: list[int]) -> dict[str, object]:
+    return {"output_ids": output, "meta_info": {
+        "finish_reason": {"type": "length", "length": len(output)},
+        "output_token_logprobs": [[-0.5, tok, None] for tok in output],
+        "output_token_sampling_mask": sets}}
+
+
+def test_sampling_mask_is_parsed_and_checked_against_the_output() -> None:
+    result = parse_generate_response(sglang_reply([[5, 9], [7], []], [5, 7]), rid="r",
+                                     vocab_size=100)
+    mask = result.sampling_mask
+    assert mask is not None and mask.ids.tolist() == [5, 9, 7]
+    assert mask.offsets.tolist() == [0, 2, 3, 3] and mask.offsets.dtype == np.int64
+    with pytest.raises(EngineError, match="3 kept sets for 2 output ids"):
+        check_sampling_mask(mask, np.array([5, 7]))
+    good = parse_generate_response(sglang_reply([[9, 5], [7]], [5, 7]), rid="r").sampling_mask
+    assert check_sampling_mask(good, np.array([5, 7])) is good
+    with pytest.raises(EngineError, match=r"\[1\] does not hold output id 8"):
+        check_sampling_mask(good, np.array([5, 8]))
+    with pytest.raises(EngineError, match="honours return_sampling_mask"):
+        check_sampling_mask(None, np.array([5]))
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    ("abc", "not a list of token id lists"),
+    ([[5], 7], "not a list of token id lists"),
+    ([[5], [-1]], r"\[1\] holds -1"),
+    ([[5], [100]], r"\[1\] holds 100"),
+    ([[5], [True]], r"\[1\] holds True"),
+])
+def test_malformed_sampling_masks_are_protocol_errors(sets: object, message: str) -> None:
+    with pytest.raises(EngineError, match=message) as info:
+        parse_generate_response(sglang_reply(sets, [5, 7]), rid="r", vocab_size=100)
+    assert info.value.code == "engine_protocol_error"

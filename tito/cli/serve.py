@@ -142,6 +142,11 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                    help="sparse-attention indexer replay: ask the engine for indexer top-k "
                         "(SGLang return_indexer_topk) and put rollout_indexer_topk in the "
                         "samples")
+    p.add_argument("--sampling-mask-replay", action="store_true",
+                   help="sampling-mask replay: ask the engine for the kept token set of "
+                        "every generated position (top-k / top-p truncation; SGLang "
+                        "return_sampling_mask) and put rollout_sampling_mask (int32 ids) and "
+                        "rollout_sampling_mask_offsets (int64) in the samples")
     p.add_argument("--routing-layers", type=int, default=None, metavar="N",
                    help="layers per routed-experts row (default: num_hidden_layers of the "
                         "model's config.json in the --tokenizer folder)")
@@ -182,6 +187,7 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "pause_generation_mode": args.pause_generation_mode,
             "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
             "indexer_replay": args.indexer_replay,
+            "sampling_mask_replay": args.sampling_mask_replay,
             "lora_name": args.lora_name, "partial_rollout": args.partial_rollout,
             "hosted_tools": args.hosted_tools, "images": args.images,
             "side_requests": args.side_requests,

@@ -175,6 +175,8 @@ class SGLangEngine:
             payload["routed_experts_start_len"] = replay.start_len
         if replay is not None and replay.indexer_topk:
             payload["return_indexer_topk"] = True
+        if replay is not None and replay.sampling_mask:
+            payload["return_sampling_mask"] = True
         # {"input_ids": [...], "rid": ...}: the ids' text spliced in (O(new ids) a turn)
         return self.prompt_json.payload(prompt_key(rid), input_ids, b'{"input_ids":',
                                         b"," + orjson.dumps(payload, option=JSON_OPTS)[1:])

@@ -21,6 +21,7 @@ from tito.types.engine import (
     CheckedOutput,
     FinishReason,
     GenerateResult,
+    SamplingMask,
     WeightSpan,
     compact_logprobs,
 )
@@ -239,6 +240,28 @@ class ReplyCheck:
         except binascii.Error as exc:
             raise self.error(f"meta_info.{key} is not base64: {exc}") from exc
 
+    def sampling_mask(self, meta: dict[str, Any]) -> SamplingMask | None:
+        """``meta_info.output_token_sampling_mask``: per output id, the list of token ids
+        its sampling kept (SGLang ``return_sampling_mask``); ids in the vocabulary."""
+        sets = meta.get("output_token_sampling_mask")
+        if sets is None:
+            return None
+        key = "meta_info.output_token_sampling_mask"
+        if not isinstance(sets, list) or not all(isinstance(s, list) for s in sets):
+            raise self.error(f"{key} is {_kind(sets)}, not a list of token id lists")
+        flat = [tok for s in sets for tok in s]
+        if not (set(map(type, flat)) <= _INT and self._in_range(flat)):
+            for i, s in enumerate(sets):
+                for tok in s:
+                    if not _is_int(tok) or not 0 <= tok <= MAX_TOKEN_ID or (
+                            self.vocab_size is not None and tok >= self.vocab_size):
+                        raise self.error(f"{key}[{i}] holds {tok!r}, not a token id in "
+                                         "the vocabulary")
+        offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, sets), dtype=np.int64, count=len(sets)),
+                  out=offsets[1:])
+        return SamplingMask(np.array(flat, dtype=IDS_DTYPE), offsets)
+
     def weight_versions(self, meta: dict[str, Any]) -> list[WeightSpan] | None:
         """``meta_info.weight_versions``: ``[{"version", "start", "end"}]`` over output
         indices, present only when the weights changed while the request ran."""
@@ -288,6 +311,7 @@ def parse_generate_response(data: Any, *, rid: str,
         routed_experts=reply.rows(meta, "routed_experts"),
         indexer_topk=reply.rows(meta, "indexer_topk"),
         indexer_topk_num_layers=reply.optional_count(meta, "indexer_topk_num_layers"),
+        sampling_mask=reply.sampling_mask(meta),
         e2e_latency=reply.e2e_latency(meta),
         finish_message=reply.finish_message(meta),
         checked=CheckedOutput(np.array(output_ids, dtype=IDS_DTYPE),

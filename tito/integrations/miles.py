@@ -357,6 +357,9 @@ def overlay(sample: Sample, template: Any) -> Any:
                              else sample.rollout_log_probs.tolist())
     out.rollout_routed_experts = sample.rollout_routed_experts
     out.rollout_indexer_topk = sample.rollout_indexer_topk
+    if sample.rollout_sampling_mask is not None:  # --sampling-mask-replay only
+        out.rollout_sampling_mask = sample.rollout_sampling_mask
+        out.rollout_sampling_mask_offsets = sample.rollout_sampling_mask_offsets
     out.status = status_value(template, sample.status)
     out.weight_versions = list(sample.weight_versions)
     out.prefix_cache_info = _prefix_cache_info(template, sample.prefix_cache_info)

@@ -41,6 +41,7 @@ from tito.samples.sample import (
     sample_problem,
     status_from_finish_reason,
 )
+from tito.samples.sampling_mask import TurnMask, merge_sampling_mask, turn_mask
 from tito.types.errors import AssemblyError
 from tito.types.records import TurnRecord
 
@@ -68,6 +69,8 @@ class _Turn:
     output: np.ndarray
     logprobs: np.ndarray
     status: SampleStatus
+    mask: TurnMask | None = None
+    """Kept sets of ``output`` (sampling-mask replay), cut in lockstep."""
 
     @property
     def length(self) -> int:
@@ -80,6 +83,7 @@ class _Turn:
             self,
             output=self.output[:keep],
             logprobs=self.logprobs[:keep],
+            mask=None if self.mask is None else self.mask.cut(keep),
             status=self.status if status is None else status,
         )
 
@@ -93,6 +97,7 @@ def assemble(
     include_response: bool = True,
     routing: bool = False,
     indexer: bool = False,
+    sampling_mask: bool = False,
 ) -> AssemblyResult:
     """Assemble a linear trajectory into (at most) one :class:`Sample`.
 
@@ -100,7 +105,8 @@ def assemble(
     (``include_response=False``: not at all, and ``Sample.response`` is None).
     ``routing`` / ``indexer``: routing (indexer) replay is on, so the sample must carry
     routed experts (indexer top-k) for every position (a record without its payload is an
-    :class:`AssemblyError`).
+    :class:`AssemblyError`). ``sampling_mask``: sampling-mask replay is on, so every kept
+    turn must carry its kept token sets.
     ``metadata`` (the caller's, e.g. the agent's) is deep-copied into the sample; the
     sample's ``lifecycle`` key (one ``{turn, t0, t1, req_ts}`` entry per kept turn)
     overrides a caller key of that name.
@@ -122,7 +128,7 @@ def assemble(
     turns = merged
     sample = _build(turns, decode=decode if include_response else None,
                     metadata={**(metadata or {}), **extra}, routing=routing,
-                    indexer=indexer)
+                    indexer=indexer, sampling_mask=sampling_mask)
     _verify(sample, turns, max_seq_len)
     return AssemblyResult([sample], None, _spans(turns))
 
@@ -168,7 +174,7 @@ def _pieces(records: Sequence[TurnRecord]) -> list[_Turn]:
             )
         checkpoint = prompt_len + len(output)
         status = status_from_finish_reason(rec.finish_reason)
-        turns.append(_Turn(rec, bridge, output, logprobs, status))
+        turns.append(_Turn(rec, bridge, output, logprobs, status, turn_mask(rec, where)))
     return turns
 
 
@@ -232,7 +238,8 @@ def _aborted_reason(turn: _Turn) -> str:
 
 
 def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any],
-           routing: bool = False, indexer: bool = False) -> Sample:
+           routing: bool = False, indexer: bool = False,
+           sampling_mask: bool = False) -> Sample:
     """Concatenate the kept turns (per-turn numpy pieces, never per-token Python work)."""
     prompt, first = turns[0].bridge, turns[0]
     token_parts = [prompt, first.output]
@@ -255,6 +262,8 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
         cuts = _cuts(turns, reason)
         if cuts:
             sample_metadata[key] = cuts
+    mask = merge_sampling_mask([(len(t.bridge), t.mask) for t in turns],
+                               required=sampling_mask, turns=[t.record.turn for t in turns])
     last = turns[-1]
     if last.status == "aborted":
         sample_metadata["aborted_reason"] = _aborted_reason(last)
@@ -267,6 +276,8 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
                                                     required=routing),
         rollout_indexer_topk=merge_routed_experts([t.record for t in turns], kept_lens,
                                                   required=indexer, kind=INDEXER),
+        rollout_sampling_mask=None if mask is None else mask[0],
+        rollout_sampling_mask_offsets=None if mask is None else mask[1],
         response=None if decode is None else decode(tokens[len(prompt) :].tolist()),
         status=turns[-1].status,
         weight_versions=[t.record.weight_version for t in turns],

@@ -4,7 +4,9 @@ One safetensors container:
 
 * per-sample tensors ``<field>.<index>`` with fixed dtypes: ``tokens`` int64,
   ``loss_mask`` uint8, ``rollout_log_probs`` float64, ``rollout_routed_experts`` and
-  ``rollout_indexer_topk`` int32;
+  ``rollout_indexer_topk`` int32; with sampling-mask replay, ``rollout_sampling_mask``
+  int32 (kept ids) and ``rollout_sampling_mask_offsets`` int64 (``response_length + 1``),
+  both left out entirely (no null marker) when the feature is off;
 * ``_samples_meta``: a rank-1 uint8 tensor holding compact UTF-8 JSON::
 
     {"format_version": 1,
@@ -34,6 +36,8 @@ from tito.samples.sample import (
     LOGPROBS_DTYPE,
     LOSS_MASK_DTYPE,
     ROUTED_EXPERTS_DTYPE,
+    SAMPLING_MASK_DTYPE,
+    SAMPLING_MASK_OFFSETS_DTYPE,
     TOKENS_DTYPE,
     Sample,
     sample_problem,
@@ -53,6 +57,10 @@ class _TensorField:
     strict: bool
     """Strict fields must already have the wire dtype (no conversion)."""
     nullable: bool
+    optional: bool = False
+    """Left out entirely when None (no tensor, no null marker), so a payload without the
+    feature is byte-identical to one from before the field existed; absent on decode:
+    None."""
 
 
 TENSOR_FIELDS: tuple[_TensorField, ...] = (
@@ -61,6 +69,10 @@ TENSOR_FIELDS: tuple[_TensorField, ...] = (
     _TensorField("rollout_log_probs", LOGPROBS_DTYPE, strict=False, nullable=True),
     _TensorField("rollout_routed_experts", ROUTED_EXPERTS_DTYPE, strict=True, nullable=True),
     _TensorField("rollout_indexer_topk", ROUTED_EXPERTS_DTYPE, strict=True, nullable=True),
+    _TensorField("rollout_sampling_mask", SAMPLING_MASK_DTYPE, strict=True, nullable=True,
+                 optional=True),
+    _TensorField("rollout_sampling_mask_offsets", SAMPLING_MASK_OFFSETS_DTYPE, strict=True,
+                 nullable=True, optional=True),
 )
 _TENSOR_NAMES = frozenset(f.name for f in TENSOR_FIELDS)
 _JSON_KEYS = ("response", "response_length", "status", "weight_versions", "metadata", "reward")
@@ -109,7 +121,8 @@ def encode_samples(
         for spec in TENSOR_FIELDS:
             value = getattr(sample, spec.name)
             if value is None:
-                nulls.append(spec.name)
+                if not spec.optional:
+                    nulls.append(spec.name)
             else:
                 tensors[f"{spec.name}.{i}"] = _to_wire(value, spec, i)
         metas.append(
@@ -275,7 +288,8 @@ def _decode_sample(
     nulls = _null_markers(i, entry["nulls"])
     # Only nullable fields can be absent here: _null_markers rejects the others.
     arrays = {spec.name: _read_tensor(i, spec, tensors, referenced)
-              for spec in TENSOR_FIELDS if spec.name not in nulls}
+              for spec in TENSOR_FIELDS if spec.name not in nulls
+              and not (spec.optional and f"{spec.name}.{i}" not in tensors)}
     sample = Sample(
         tokens=arrays["tokens"],
         response_length=entry["response_length"],
@@ -283,6 +297,8 @@ def _decode_sample(
         rollout_log_probs=arrays.get("rollout_log_probs"),
         rollout_routed_experts=arrays.get("rollout_routed_experts"),
         rollout_indexer_topk=arrays.get("rollout_indexer_topk"),
+        rollout_sampling_mask=arrays.get("rollout_sampling_mask"),
+        rollout_sampling_mask_offsets=arrays.get("rollout_sampling_mask_offsets"),
         response=entry["response"],
         status=entry["status"],
         weight_versions=entry["weight_versions"],

@@ -32,6 +32,10 @@ framework's decoder requires (the stored float32 values widen exactly)."""
 ROUTED_EXPERTS_DTYPE = np.dtype(np.int32)
 REPLAY_FIELDS = ("rollout_routed_experts", "rollout_indexer_topk")
 """Per-position replay tensors: one int32 row per position fed to the model."""
+SAMPLING_MASK_DTYPE = np.dtype(np.int32)
+SAMPLING_MASK_OFFSETS_DTYPE = np.dtype(np.int64)
+MASK_FIELDS = ("rollout_sampling_mask", "rollout_sampling_mask_offsets")
+"""Sampling-mask replay: kept token ids (int32) and their per-position offsets (int64)."""
 
 _FINISH_TO_STATUS: dict[str, SampleStatus] = {
     "stop": "completed",
@@ -62,6 +66,12 @@ class Sample:
     rollout_indexer_topk: np.ndarray | None = None
     """int32 ``(len(tokens) - 1, indexer_layers, top_k)`` sparse-attention indexer top-k,
     or None without indexer replay."""
+    rollout_sampling_mask: np.ndarray | None = None
+    """int32: the kept token ids (top-k / top-p survivors) of every response position,
+    concatenated; bridge positions keep none. None without sampling-mask replay."""
+    rollout_sampling_mask_offsets: np.ndarray | None = None
+    """int64, ``response_length + 1`` entries: response position ``i`` kept
+    ``rollout_sampling_mask[offsets[i]:offsets[i + 1]]``; None with the ids."""
     response: str | None = ""
     """The response region decoded as text (None when the collector asked to leave it out)."""
     status: SampleStatus = "completed"
@@ -106,7 +116,7 @@ def sample_problem(sample: Sample) -> str | None:
     converts or rejects those itself). Callers wrap the message in their own error type.
     """
     for check in (_length_problem, _training_fields_problem, _routed_experts_problem,
-                  _json_fields_problem):
+                  _sampling_mask_problem, _json_fields_problem):
         problem = check(sample)
         if problem is not None:
             return problem
@@ -156,6 +166,26 @@ def _routed_experts_problem(sample: Sample) -> str | None:
     return None
 
 
+def _sampling_mask_problem(sample: Sample) -> str | None:
+    """The kept ids and their offsets come together: 1-D, ``response_length + 1``
+    non-decreasing offsets from 0 to ``len(ids)``."""
+    ids, offsets = sample.rollout_sampling_mask, sample.rollout_sampling_mask_offsets
+    if ids is None and offsets is None:
+        return None
+    if ids is None or offsets is None:
+        return "rollout_sampling_mask and rollout_sampling_mask_offsets come together"
+    for name, arr in zip(MASK_FIELDS, (ids, offsets), strict=True):
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1:
+            return f"{name} must be a 1-D array, got {_describe(arr)}"
+    if len(offsets) != sample.response_length + 1:
+        return (f"rollout_sampling_mask_offsets has {len(offsets)} entries but "
+                f"response_length + 1 is {sample.response_length + 1}")
+    if offsets[0] != 0 or offsets[-1] != len(ids) or bool((np.diff(offsets) < 0).any()):
+        return (f"rollout_sampling_mask_offsets must rise from 0 to len(rollout_sampling_mask)"
+                f" ({len(ids)}) without decreasing")
+    return None
+
+
 def _json_fields_problem(sample: Sample) -> str | None:
     """The fields that travel as JSON have JSON types and a known ``status``."""
     if sample.response is not None and not isinstance(sample.response, str):
@@ -175,7 +205,7 @@ def _json_fields_problem(sample: Sample) -> str | None:
 
 def samples_identical(a: Sample, b: Sample) -> bool:
     """Bitwise equality: same dtypes, shapes and bytes (so ``0.0 != -0.0``), same JSON fields."""
-    for name in ("tokens", "loss_mask", "rollout_log_probs", *REPLAY_FIELDS):
+    for name in ("tokens", "loss_mask", "rollout_log_probs", *REPLAY_FIELDS, *MASK_FIELDS):
         x, y = getattr(a, name), getattr(b, name)
         if (x is None) != (y is None):
             return False

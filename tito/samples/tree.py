@@ -55,13 +55,13 @@ def assemble_leaves(leaves: Sequence[LeafPath], *, decode: Decode,
                     max_seq_len: int | None,
                     metadata_of: Callable[[LeafPath], dict[str, Any]],
                     include_response: bool = True, routing: bool = False,
-                    indexer: bool = False) -> list[Sample]:
+                    indexer: bool = False, sampling_mask: bool = False) -> list[Sample]:
     """One sample per leaf that survives truncation, in the leaves' order."""
     samples: list[Sample] = []
     for leaf in leaves:
         result = assemble(leaf.records, decode=decode, max_seq_len=max_seq_len,
                           metadata=metadata_of(leaf), include_response=include_response,
-                          routing=routing, indexer=indexer)
+                          routing=routing, indexer=indexer, sampling_mask=sampling_mask)
         if not result.samples:
             continue
         sample = result.samples[0]

@@ -30,7 +30,7 @@ from tito.server.engine_control import EngineControl
 from tito.server.journal import Journal, open_journal
 from tito.server.metrics import Metrics
 from tito.server.peers import Peers
-from tito.server.routing_replay import RoutingReplay
+from tito.server.routing_replay import RoutingReplay, check_truncated
 from tito.session import LinearSession, Session, TreeSession, TurnSession
 from tito.session.collect import Hooks
 from tito.session.contexts import ContextSession
@@ -191,6 +191,8 @@ class Gateway:
     # -- turns ---------------------------------------------------------------------------
     async def _sampling(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
         """Clamp ``max_new_tokens`` to ``--max-seq-len`` and the engine's context length."""
+        if self.config.sampling_mask_replay:
+            check_truncated(params)
         context = await self.engine.context_length()
         # SGLang requires prompt + max_new_tokens < context length (strictly).
         limits = [(self.config.max_seq_len, "--max-seq-len", 0),
@@ -313,6 +315,7 @@ class Gateway:
         engine_done = time.perf_counter()
         output = check_output(result, self.vocab_size)
         routed, indexer = self.routing.rows(replay, result, plan, output)
+        result.sampling_mask = self.routing.mask(replay, result, output)  # checked, or None
         if offload or len(output.ids) > PARSE_INLINE_MAX:
             parsed = await self.offload(self.renderer.parse, result.output_ids,
                                         result.finish_reason)

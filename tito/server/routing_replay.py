@@ -11,9 +11,15 @@ import orjson
 
 from tito.config import ServerConfig
 from tito.session.turns import TurnPlan, replay_start
-from tito.types.engine import CheckedOutput, GenerateResult, ReplayRequest
-from tito.types.errors import ConfigError, EngineError
-from tito.types.replay import decode_rows
+from tito.types.engine import (
+    CheckedOutput,
+    GenerateResult,
+    ReplayRequest,
+    SamplingMask,
+    SamplingParams,
+)
+from tito.types.errors import BadRequest, ConfigError, EngineError
+from tito.types.replay import check_sampling_mask, decode_rows
 
 
 class RoutingReplay:
@@ -25,16 +31,25 @@ class RoutingReplay:
 
     def request(self, plan: TurnPlan) -> ReplayRequest | None:
         """What the engine must return for the turn (None: replay is off)."""
-        if not self.config.replay:
+        if not (self.config.replay or self.config.sampling_mask_replay):
             return None
         start = replay_start(plan) if self.config.incremental_routing else 0
         return ReplayRequest(routed_experts=self.config.routing_replay,
-                             indexer_topk=self.config.indexer_replay, start_len=start)
+                             indexer_topk=self.config.indexer_replay,
+                             sampling_mask=self.config.sampling_mask_replay, start_len=start)
+
+    @staticmethod
+    def mask(replay: ReplayRequest | None, result: GenerateResult,
+             output: CheckedOutput) -> SamplingMask | None:
+        """The turn's sampling mask, checked against its output (None: not asked for)."""
+        if replay is None or not replay.sampling_mask:
+            return None
+        return check_sampling_mask(result.sampling_mask, output.ids)
 
     def rows(self, replay: ReplayRequest | None, result: GenerateResult, plan: TurnPlan,
              output: CheckedOutput) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The turn's routing and indexer rows (int32 views of the engine's bytes)."""
-        if replay is None:
+        if replay is None or not (replay.routed_experts or replay.indexer_topk):
             return None, None
         rows = max(len(plan.prompt_ids) + len(output.ids) - 1 - replay.start_len, 0)
         routed = None if not replay.routed_experts else decode_rows(
@@ -73,3 +88,15 @@ def routing_shape(config: ServerConfig) -> tuple[int | None, int | None]:
                           "num_hidden_layers) in the --tokenizer folder")
     top_k = model.get("num_experts_per_tok")
     return layers, top_k if isinstance(top_k, int) and top_k > 0 else None
+
+
+def check_truncated(params: SamplingParams) -> None:
+    """Sampling-mask replay needs a distribution that sampling truncates (a finite
+    ``top_k``, ``top_p < 1``, or greedy): without truncation every token of the
+    vocabulary is kept, which SGLang refuses to return. 400 ``sampling_mask_untruncated``."""
+    if params.temperature < 1e-6 or 0 < params.top_k < 1 << 30 or params.top_p < 1.0:
+        return
+    raise BadRequest("--sampling-mask-replay needs sampling that truncates the "
+                     "distribution: set top_p below 1 or a positive top_k (without either, "
+                     "every token of the vocabulary is kept, and the engine does not return "
+                     "such a mask)", code="sampling_mask_untruncated")

@@ -73,7 +73,8 @@ def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,
         gateway.describer, gateway.hooks,
         max_seq_len=max_seq_len if max_seq_len is not None else config.max_seq_len,
         include_response=include_response, routing=config.routing_replay,
-        indexer=config.indexer_replay, agent_metadata=agent_metadata or {})
+        indexer=config.indexer_replay, sampling_mask=config.sampling_mask_replay,
+        agent_metadata=agent_metadata or {})
 
 
 async def samples_payload(gateway: Gateway, session: Session, max_seq_len: int | None,

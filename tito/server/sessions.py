@@ -62,6 +62,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
         "routing_replay": {"enabled": gateway.config.routing_replay,
                            "incremental": gateway.config.incremental_routing,
                            "layers": gateway.routing.layers, "top_k": gateway.routing.top_k},
+        "sampling_mask_replay": gateway.config.sampling_mask_replay,
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         **({} if peers is None else {"workers": peers.view()}),

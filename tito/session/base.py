@@ -206,4 +206,5 @@ class SessionBase(ABC):
     @staticmethod
     def routing_bytes(records: list[TurnRecord]) -> int:
         return sum(rows.nbytes for rec in records
-                   for rows in (rec.routed_experts, rec.indexer_topk) if rows is not None)
+                   for rows in (rec.routed_experts, rec.indexer_topk, rec.sampling_mask_ids,
+                                rec.sampling_mask_offsets) if rows is not None)

@@ -50,6 +50,7 @@ class CollectSettings:
     include_response: bool = True
     routing: bool = False
     indexer: bool = False
+    sampling_mask: bool = False
     agent_metadata: dict[str, Any] = field(default_factory=dict)
     """The collector's ``metadata`` (merged into every sample's)."""
 
@@ -123,7 +124,8 @@ class LinearCollection:
         result = assemble(self.records, decode=settings.describer.renderer.tokenizer.decode,
                           max_seq_len=settings.max_seq_len, metadata=sample_meta,
                           include_response=settings.include_response,
-                          routing=settings.routing, indexer=settings.indexer)
+                          routing=settings.routing, indexer=settings.indexer,
+                          sampling_mask=settings.sampling_mask)
         return Collected(result.samples, session_meta, result.empty_reason)
 
     def visit(self, visitor: CollectionVisitor[T]) -> T:
@@ -158,7 +160,8 @@ class TreeCollection:
         return assemble_leaves(leaves, decode=describer.renderer.tokenizer.decode,
                                max_seq_len=settings.max_seq_len, metadata_of=metadata_of,
                                include_response=settings.include_response,
-                               routing=settings.routing, indexer=settings.indexer)
+                               routing=settings.routing, indexer=settings.indexer,
+                               sampling_mask=settings.sampling_mask)
 
     def picked(self, samples: list[Sample], settings: CollectSettings,
                session_meta: dict[str, Any]) -> list[Sample]:

@@ -231,6 +231,9 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         routed_experts_start_len=routed_start if routed is not None else 0,
         indexer_topk=indexer,
         indexer_topk_start_len=routed_start if indexer is not None else 0,
+        sampling_mask_ids=None if result.sampling_mask is None else result.sampling_mask.ids,
+        sampling_mask_offsets=None if result.sampling_mask is None
+        else result.sampling_mask.offsets,
         weight_spans=None if not result.weight_versions else [
             [s.version, s.start, s.end] for s in result.weight_versions],
         finish_message=result.finish_message if result.finish_reason == "abort" else None,

@@ -33,11 +33,29 @@ class WeightSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class SamplingMask:
+    """Kept token sets of consecutive generated positions: position ``i`` kept
+    ``ids[offsets[i]:offsets[i + 1]]`` (top-k / top-p / min-p survivors)."""
+
+    ids: np.ndarray
+    """int32, every position's kept ids, concatenated."""
+    offsets: np.ndarray
+    """int64, ``positions + 1`` entries, from 0, non-decreasing, ending at ``len(ids)``."""
+
+    @property
+    def positions(self) -> int:
+        return len(self.offsets) - 1
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayRequest:
     """What a generation must also return for routing/indexer replay (design §8)."""
 
     routed_experts: bool = False
     indexer_topk: bool = False
+    sampling_mask: bool = False
+    """Ask for the kept token set of every generated position (SGLang
+    ``return_sampling_mask``; sampling-mask replay)."""
     start_len: int = 0
     """First position whose rows are returned (incremental replay: the stored prefix's
     rows are not sent again); 0: every position of prompt + output."""
@@ -84,6 +102,9 @@ class GenerateResult:
     indexer_topk: bytes | None = None
     """Raw little-endian int32 indexer top-k rows (sparse-attention indexer replay)."""
     indexer_topk_num_layers: int | None = None
+    sampling_mask: SamplingMask | None = None
+    """The kept token set of each output id (sampling-mask replay), as the engine sent
+    it; its length is checked against the output by the gateway."""
     e2e_latency: float | None = None
     finish_message: str | None = None
     """Why the engine aborted the request (``finish_reason`` ``abort``), when it says."""

@@ -54,6 +54,12 @@ class TurnRecord:
     """int32 ``(rows, indexer_layers, top_k)`` indexer top-k, from the same start position
     as ``routed_experts``, or None when indexer replay is off."""
     indexer_topk_start_len: int = 0
+    sampling_mask_ids: np.ndarray | None = None
+    """int32 kept token ids of every output position, concatenated (sampling-mask
+    replay), or None when it is off."""
+    sampling_mask_offsets: np.ndarray | None = None
+    """int64, ``len(output_ids) + 1`` entries: output ``i`` kept
+    ``sampling_mask_ids[offsets[i]:offsets[i + 1]]``; None with ``sampling_mask_ids``."""
     weight_spans: list[list[Any]] | None = None
     """``[version, start, end]`` over output indices when the weights changed while this
     turn was generated; None: every output id came from ``weight_version``."""

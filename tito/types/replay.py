@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tito.types.engine import SamplingMask
 from tito.types.errors import EngineError
 
 ROWS_DTYPE = np.dtype("<i4")
@@ -43,6 +44,31 @@ def decode_rows(payload: bytes | None, *, rows: int, layers: int, top_k: int | N
     if arr.size and int(arr.min()) < 0:
         raise _bad(f"meta_info.{field} has a negative expert id")
     return arr.astype(np.int32, copy=False)
+
+
+def check_sampling_mask(mask: SamplingMask | None, output_ids: np.ndarray) -> SamplingMask:
+    """``mask`` of a turn whose output is ``output_ids``: one kept set per output id, each
+    holding the id that was sampled from it. Missing or inconsistent: an
+    ``engine_protocol_error`` (sampling-mask replay is on, so the engine must send it)."""
+    if mask is None:
+        raise _bad("the engine sent no meta_info.output_token_sampling_mask; sampling-mask "
+                   "replay needs an engine that honours return_sampling_mask")
+    if mask.positions != len(output_ids):
+        raise _bad(f"meta_info.output_token_sampling_mask has {mask.positions} kept sets "
+                   f"for {len(output_ids)} output ids")
+    if len(output_ids):
+        counts = np.diff(mask.offsets)
+        if int(counts.min()) < 1:
+            raise _bad(f"meta_info.output_token_sampling_mask[{int(np.argmin(counts))}] is "
+                       "empty, but the sampled id was drawn from it")
+        owner = np.repeat(np.arange(len(output_ids)), counts)
+        hits = np.zeros(len(output_ids), dtype=bool)
+        hits[owner[mask.ids == np.asarray(output_ids)[owner]]] = True
+        if not hits.all():
+            i = int(np.argmin(hits))
+            raise _bad(f"meta_info.output_token_sampling_mask[{i}] does not hold output id "
+                       f"{int(output_ids[i])}, the id sampled from it")
+    return mask
 
 
 def _bad(message: str) -> EngineError:

@@ -30,7 +30,8 @@ _BOOL_KEYS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_token
               "no_stop_trim")
 _STR_KEYS = ("json_schema", "regex", "ebnf")
 _BODY_BOOL_KEYS = ("return_logprob", "stream", "return_text_in_logprobs",
-                   "return_prompt_token_ids", "return_routed_experts", "return_indexer_topk")
+                   "return_prompt_token_ids", "return_routed_experts", "return_indexer_topk",
+                   "return_sampling_mask")
 _BODY_INT_KEYS = ("logprob_start_len", "top_logprobs_num", "routed_experts_start_len")
 _NO_BATCH = "the mock engine serves one prompt per request (no batch)"
 
@@ -268,6 +269,19 @@ def check_lengths(n_in: int, sp: dict[str, Any], context_length: int) -> None:
             f"the input messages and {max_new} tokens for the completion. Please reduce "
             "the number of tokens in the input messages or the completion to fit within "
             "the limit.")
+
+
+def check_sampling_mask(body: dict[str, Any], sp: dict[str, Any]) -> None:
+    """SGLang admits ``return_sampling_mask`` only when sampling truncates: a finite
+    ``top_k`` or ``top_p < 1`` (else the kept set is the whole vocabulary); greedy
+    sampling is ``top_k`` 1 inside SGLang."""
+    if not body.get("return_sampling_mask"):
+        return
+    top_k = -1 if sp.get("top_k") is None else sp["top_k"]
+    top_p = 1.0 if sp.get("top_p") is None else sp["top_p"]
+    greedy = sp.get("temperature") is not None and sp["temperature"] < 1e-6  # top_k 1
+    if not (0 < top_k < 1 << 30) and not top_p < 1.0 and not greedy:
+        raise RequestError("return_sampling_mask requires a finite top_k or top_p < 1")
 
 
 def check_routed_experts(body: dict[str, Any], n_in: int, *, enabled: bool) -> None:

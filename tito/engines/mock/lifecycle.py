@@ -22,6 +22,7 @@ from tito.engines.mock.contract import (
     check_body,
     check_lengths,
     check_routed_experts,
+    check_sampling_mask,
     prompt_ids,
     request_id,
 )
@@ -113,6 +114,7 @@ class Lifecycle:
         rid = request_id(body)
         n_in = len(input_ids)
         check_lengths(n_in, sp, self.config.context_length)
+        check_sampling_mask(body, sp)
         check_routed_experts(body, n_in, enabled=self.config.enable_return_routed_experts
                              or self.config.enable_return_indexer_topk)
         lora = body.get("lora_path")
@@ -125,7 +127,8 @@ class Lifecycle:
                  "weight_version": None, "stream": bool(body.get("stream")),
                  "arrived": time.time(), "faults": [], "lora_path": lora,
                  "return_routed_experts": bool(body.get("return_routed_experts")),
-                 "routed_experts_start_len": body.get("routed_experts_start_len")}
+                 "routed_experts_start_len": body.get("routed_experts_start_len"),
+                 "return_sampling_mask": bool(body.get("return_sampling_mask"))}
         return ReqState(rid, input_ids, sp, body, time.perf_counter(), entry)
 
     def register(self, req: ReqState) -> None:

@@ -79,6 +79,11 @@ class Replies:
                                 layers=cfg.indexer_layers, topk=cfg.indexer_topk)
             meta["indexer_topk"] = base64.b64encode(rows.astype("<i4").tobytes()).decode()
             meta["indexer_topk_num_layers"] = cfg.indexer_layers
+        if final and body.get("return_sampling_mask"):
+            sp = req.sampling_params
+            meta["output_token_sampling_mask"] = sampling_mask_sets(
+                out, len(req.input_ids), vocab=self.tokenizer.vocab_size,
+                top_k=_or(sp.get("top_k"), -1), greedy=_or(sp.get("temperature"), 1.0) < 1e-6)
         result: dict[str, Any] = {"text": self._text(req, out, finish), "output_ids": out,
                                   "meta_info": meta}
         if body.get("return_prompt_token_ids"):
@@ -232,6 +237,25 @@ def routing_rows(seq: list[int], start: int, *, layers: int, topk: int,
     base = mixed % np.uint64(experts)
     out = (base[:, :, None] + np.arange(topk, dtype=np.uint64)) % np.uint64(experts)
     return out.astype(np.int32)
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def sampling_mask_sets(output: list[int], prompt_len: int, *, vocab: int, top_k: int,
+                       greedy: bool = False) -> list[list[int]]:
+    """The mock's deterministic kept sets (the oracle of the tests): output id ``tok`` at
+    absolute position ``p`` kept ``tok`` first, then ``(tok + 7919 j) % vocab`` for
+    ``j = 1 .. size - 1``, ``size = 1 + (tok * 31 + p) % 4`` (at most ``top_k`` when
+    finite; 1 when greedy) — a function of (token, position) only, so the sets of a
+    retried or rebuilt turn are the same whenever its ids are."""
+    cap = 1 if greedy else top_k if 0 < top_k < 1 << 30 else 4
+    sets = []
+    for i, tok in enumerate(output):
+        size = min(cap, 1 + (tok * 31 + prompt_len + i) % 4)
+        sets.append([tok] + [(tok + 7919 * j) % vocab for j in range(1, size)])
+    return sets
 
 
 def indexer_rows(seq: list[int], start: int, *, layers: int, topk: int) -> np.ndarray:

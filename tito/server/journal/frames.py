@@ -35,6 +35,7 @@ MAX_PAYLOAD = 1 << 30
 NO_SID = bytes(16)
 _ARRAYS = (("bridge_ids", IDS_DTYPE), ("output_ids", IDS_DTYPE), ("logprobs", LOGPROB_DTYPE))
 _ROWS = ("routed_experts", "indexer_topk")
+_MASK = (("sampling_mask_ids", "<i4"), ("sampling_mask_offsets", "<i8"))
 _RECORD_FIELDS = ("turn", "drop", "finish_reason", "prompt_len", "weight_version",
                   "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request",
                   "routed_experts_start_len", "indexer_topk_start_len", "weight_spans",
@@ -120,6 +121,12 @@ def turn_frame(session_id: str, turn: TurnCommit, seq: int) -> bytes:
               for name, dtype in _ARRAYS]
     arrays += [np.ascontiguousarray(getattr(rec, name), dtype="<i4") for name in _ROWS
                if getattr(rec, name) is not None]
+    if rec.sampling_mask_ids is not None and rec.sampling_mask_offsets is not None:
+        # sampling-mask replay (absent key: none, as in older journals)
+        header["sampling_mask_lengths"] = [len(rec.sampling_mask_ids),
+                                           len(rec.sampling_mask_offsets)]
+        arrays += [np.ascontiguousarray(rec.sampling_mask_ids, dtype="<i4"),
+                   np.ascontiguousarray(rec.sampling_mask_offsets, dtype="<i8")]
     return frame(header, *arrays, seq=seq)
 
 
@@ -144,6 +151,13 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
             size = int(np.prod(shape)) * 4
             parts[name] = np.frombuffer(arrays[start : start + size], dtype="<i4") \
                 .astype(np.int32).reshape(shape)
+            start += size
+    lengths = header.get("sampling_mask_lengths")
+    if lengths is not None:
+        for (name, wire), n in zip(_MASK, lengths, strict=True):
+            size = n * np.dtype(wire).itemsize
+            parts[name] = np.frombuffer(arrays[start : start + size], dtype=wire) \
+                .astype(wire.lstrip("<"))
             start += size
     record = TurnRecord(**header["record"], **parts)
     context = header.get("context")  # absent: the main context (and older journals)
