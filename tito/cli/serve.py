@@ -129,8 +129,12 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-postprocessor", default=None, metavar="PATH",
                    help="v2: module:function post-processing the picked samples "
                         "(default tito.samples.tree:train_once)")
+    add_replay_arguments(p)
+    add_request_arguments(p)
 
 
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """Engine control and what the engine is asked to return for replay."""
     p.add_argument("--pause-generation-mode", default="retract",
                    choices=["retract", "abort", "in_place"],
                    help="how the engine pauses for a weight update (POST /pause without a "
@@ -152,6 +156,10 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
                         "model's config.json in the --tokenizer folder)")
     p.add_argument("--lora-name", default=None, metavar="NAME",
                    help="LoRA adapter name put on every engine request (SGLang lora_path)")
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """How requests a text session cannot serve as sent, and compatibility, are handled."""
     p.add_argument("--hosted-tools", default="drop", choices=list(HOSTED_TOOLS),
                    help="hosted tools in a request (web_search, file search, computer use, "
                         "MCP servers: tools the gateway cannot run): drop leaves them out of "
