@@ -170,7 +170,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
 
     one_chunk = getattr(adapter, "one_chunk", None)
     if turn.stream and one_chunk is not None and gateway.config.compat == "miles":
-        body = await run_api_turn(gateway, request, session, raw, turn.turn, turn.params,
+        body = await run_api_turn(gateway, request, session, raw, turn.turn, params,
                                   offload=offload, response_id=response_id, build=reply)
         return Response(one_chunk(body), media_type="text/event-stream", headers=SSE_HEADERS)
     if turn.stream:  # a replayed stream is the committed turn's, under its response id
