@@ -171,3 +171,11 @@ def test_keepalive_soak_tiny(tmp_path: Path) -> None:
     assert "keep-alive soak" in out
     for label in ("client errors", "reused after < 5 s idle", "connections"):
         assert label in out, label
+
+
+def test_harness_traffic_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("harness_traffic.py", "-S", "2", "-T", "2", "--tokens", "40", "60",
+                        "--system-tokens", "500", tmp_path=tmp_path)
+    assert "harness-shaped traffic" in out
+    for door in ("messages", "responses", "chat", "chat-nostream"):
+        assert door in out, door
