@@ -37,6 +37,7 @@ import orjson
 from _harness_workload import DOORS, Conversation, conversations
 from _paths import QWEN3_DIR
 from _processes import Proc, cpu_ns, http_json, start_gateway, start_mock, start_server
+from _profiling import PySpy, by_package, top_frames
 from _tables import fmt, median, print_table
 
 
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="mock latency per output token")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--py-spy", type=Path, default=None, metavar="PREFIX",
+                   help="profile the gateway's runs with py-spy --gil (PREFIX-<door>.txt); "
+                        "inflates that run's CPU")
     return p.parse_args(argv)
 
 
@@ -233,7 +237,13 @@ def measure_door(args: argparse.Namespace, door: str, gw: Proc, proxy: Proc
     for r in range(args.repeat):
         convs = conversations(door, args.sessions, args.turns, tuple(args.tokens),
                               args.system_tokens)
+        spy = None
+        if args.py_spy is not None and r == 0:
+            spy = PySpy(gw.pid, Path(f"{args.py_spy}-{door}.txt"))
         run, sids, bodies = asyncio.run(run_gateway(gw, door, convs, args.turns))
+        if spy is not None:
+            spy.stop()
+            print_profile(spy.out, door)
         table, outputs = turn_ids(gw, door, sids)
         http_json("POST", proxy.url + "/bench/ids", orjson.dumps(table))
         for sid in sids:
@@ -241,6 +251,14 @@ def measure_door(args: argparse.Namespace, door: str, gw: Proc, proxy: Proc
         runs += [run, asyncio.run(run_proxy(proxy, door, bodies, args.turns))]
         print(f"{door}: pair {r + 1}/{args.repeat} done", file=sys.stderr, flush=True)
     return summarize(door, runs, outputs, args)
+
+
+def print_profile(path: Path, door: str) -> None:
+    own, incl = top_frames(path, 20)
+    print_table(f"gateway, {door}: top self frames (py-spy --gil)", ["frame", "share"], own)
+    print_table(f"gateway, {door}: tito frames, inclusive", ["frame", "share"], incl)
+    print_table(f"gateway, {door}: self samples by package", ["package", "share"],
+                by_package(path))
 
 
 def summarize(door: str, runs: list[Run], outputs: list[int], args: argparse.Namespace
