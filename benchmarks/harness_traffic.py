@@ -130,6 +130,8 @@ def reply_of(door: str, events: list[dict[str, Any]]) -> Any:
         return _messages_reply(events)
     if door == "responses":
         done = [e for e in events if e.get("type") == "response.completed"]
+        if not done:
+            raise RuntimeError(f"no response.completed: {str(events[-1:])[:600]}")
         return done[-1]["response"]["output"]
     return _chat_reply(events)
 
@@ -317,14 +319,18 @@ def main(argv: list[str] | None = None) -> None:
     proxy = start_server("streaming proxy", [sys.executable, str(script), "--upstream",
                                              engine.url, "--port", "0",
                                              "--max-new-tokens", str(max_new)])
+    results = []
     try:
-        results = [measure_door(args, door, gw, proxy) for door in args.doors]
+        for door in args.doors:
+            results.append(measure_door(args, door, gw, proxy))
+            print_results(results[-1:], args)  # each door as soon as it is measured
+            if args.json is not None:
+                args.json.write_text(json.dumps(results, indent=2))
     finally:
         for proc in (proxy, gw, engine):
             proc.stop()
-    print_results(results, args)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
+    if len(results) > 1:
+        print_results(results, args)
 
 
 if __name__ == "__main__":
