@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     context = args.system_tokens + args.turns * 2 * (args.tokens[1] + 200) + max_new + 8192
     engine = start_mock(args.tokenizer, token_latency_ms=args.token_latency_ms,
                         extra=("--context-length", str(context)))
-    gw = start_gateway(args.tokenizer, engine.url, "--max-body-bytes", str(256 << 20))
+    gw = start_gateway(args.tokenizer, engine.url, "--max-body-bytes", str(256 << 20),
+                       "--default-max-tokens", str(max_new))
     script = Path(__file__).resolve().parent / "streaming_proxy.py"
     proxy = start_server("streaming proxy", [sys.executable, str(script), "--upstream",
                                              engine.url, "--port", "0",
