@@ -311,7 +311,7 @@ def print_results(results: list[dict[str, Any]], args: argparse.Namespace) -> No
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     max_new = args.tokens[1] + 1024
-    context = args.system_tokens + args.turns * 2 * (args.tokens[1] + 200) + max_new + 8192
+    context = 2 * (args.system_tokens + args.turns * 3 * (args.tokens[1] + 200) + max_new)
     engine = start_mock(args.tokenizer, token_latency_ms=args.token_latency_ms,
                         extra=("--context-length", str(context)))
     gw = start_gateway(args.tokenizer, engine.url, "--max-body-bytes", str(256 << 20),

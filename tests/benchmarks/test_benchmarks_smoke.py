@@ -134,10 +134,11 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("api", "what"), [("anthropic", "a Messages body"),
+                                           ("anthropic --cache-control", "a Messages body"),
                                            ("responses", "a Responses body")])
 def test_chat_decode_other_routes_tiny(tmp_path: Path, api: str, what: str) -> None:
-    out = run_benchmark("chat_decode.py", "--api", api, "--sessions", "2", "--turns", "3",
-                        "5", "--rounds", "1", tmp_path=tmp_path)
+    out = run_benchmark("chat_decode.py", "--api", *api.split(), "--sessions", "2", "--turns",
+                        "3", "5", "--rounds", "1", tmp_path=tmp_path)
     assert f"decoding {what}" in out and "growing (µs)" in out
 
 

@@ -32,7 +32,7 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
-_TOJSON: dict[tuple[bytes, bool, int | None, tuple[str, str] | None, bool], str] = {}
+_TOJSON: dict[tuple[bytes, bool, int | None, tuple[str, ...] | None, bool], str] = {}
 TOJSON_ENTRIES = 4096
 """How many container renders :func:`_tojson_container` keeps (then it starts over)."""
 
