@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="gateway/proxy pairs per door")
     p.add_argument("--token-latency-ms", type=float, default=0.25,
                    help="mock latency per output token")
+    p.add_argument("--stream-mode", choices=["incremental", "cumulative"],
+                   default="incremental", help="the mock's SGLang stream mode (cumulative "
+                   "chunks repeat every id so far: the proxy would read them O(n^2))")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--py-spy", type=Path, default=None, metavar="PREFIX",
@@ -311,15 +314,19 @@ def print_results(results: list[dict[str, Any]], args: argparse.Namespace) -> No
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     max_new = args.tokens[1] + 1024
-    context = 2 * (args.system_tokens + args.turns * 3 * (args.tokens[1] + 200) + max_new)
+    context = 2 * (args.system_tokens + args.turns * 3 * (args.tokens[1] + 200) + max_new) \
+        + 32768  # the fixtures own system prompts and tools
+    incremental = args.stream_mode == "incremental"
     engine = start_mock(args.tokenizer, token_latency_ms=args.token_latency_ms,
-                        extra=("--context-length", str(context)))
+                        extra=("--context-length", str(context),
+                               *(("--incremental-streaming-output",) if incremental else ())))
     gw = start_gateway(args.tokenizer, engine.url, "--max-body-bytes", str(256 << 20),
                        "--default-max-tokens", str(max_new))
     script = Path(__file__).resolve().parent / "streaming_proxy.py"
     proxy = start_server("streaming proxy", [sys.executable, str(script), "--upstream",
                                              engine.url, "--port", "0",
-                                             "--max-new-tokens", str(max_new)])
+                                             "--max-new-tokens", str(max_new),
+                                             *(("--incremental",) if incremental else ())])
     results = []
     try:
         for door in args.doors:

@@ -141,14 +141,22 @@ class Proxy:
                 text = text + chunk["text"] if self.incremental else chunk["text"]
                 yield text, chunk["meta_info"]["completion_tokens"]
 
+    async def whole(self, ids: list[int]) -> tuple[str, int]:
+        """(text, tokens) of a generation not streamed."""
+        payload = {"input_ids": ids, "sampling_params": self.sampling, "return_logprob": True}
+        async with self.client().post(self.upstream + "/generate", data=orjson.dumps(payload),
+                                      headers={"content-type": "application/json"}) as resp:
+            reply = orjson.loads(await resp.read())
+        if resp.status != 200:
+            raise RuntimeError(f"engine: HTTP {resp.status}: {reply!r}")
+        return reply["text"], reply["meta_info"]["completion_tokens"]
+
     async def turn(self, request: Request) -> Response:
         door = request.url.path.lstrip("/")
         data = orjson.loads(await request.body())  # the same body decode as the gateway
         ids = self.ids[request.headers["x-bench-key"]]
         if not data.get("stream"):
-            last = ("", 0)
-            async for chunk in self.chunks(ids):
-                last = chunk
+            last = await self.whole(ids)
             return Response(orjson.dumps({
                 "id": "chatcmpl-proxy", "object": "chat.completion", "model": "m",
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
