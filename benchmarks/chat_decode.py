@@ -18,11 +18,14 @@ reasoning, message and ``function_call`` items and answered by a
 (:func:`tito.server.anthropic.decode.decode_messages`: parse, validation and the
 conversion to chat messages), the client's bodies as the Anthropic SDK sends them (the
 system prompt a top-level member, the replies as text and ``tool_use`` blocks, the tool
-results as ``tool_result`` blocks).
+results as ``tool_result`` blocks); with ``--cache-control``, as Claude Code sends them:
+a ``cache_control`` marker on the newest message's last block only, so the last body's
+last message comes back rewritten every turn.
 
     python benchmarks/chat_decode.py                  # 20, 80 and 200 turns
     python benchmarks/chat_decode.py --turns 20 --chars 400
     python benchmarks/chat_decode.py --api anthropic
+    python benchmarks/chat_decode.py --api anthropic --cache-control   # as Claude Code
     python benchmarks/chat_decode.py --api responses
 """
 
@@ -62,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api", choices=["openai", "anthropic", "responses"],
                    default="openai", help="the route whose decoding is timed (Chat "
                    "Completions, Messages or Responses)")
+    p.add_argument("--cache-control", action="store_true",
+                   help="--api anthropic: Claude Code's moving cache_control marker")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR,
                    help="Qwen3 tokenizer folder (--api anthropic: its thinking switch)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -95,15 +100,28 @@ def _words(chars: int) -> str:
             )[:chars]
 
 
-def anthropic_conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str, Any]]]:
+def marked(messages: list[Any]) -> list[Any]:
+    """``messages`` with Claude Code's ``cache_control`` marker on the last one's last
+    block (a string content becomes one text block)."""
+    last = dict(messages[-1])
+    blocks = last["content"]
+    if isinstance(blocks, str):
+        blocks = [{"type": "text", "text": blocks}]
+    last["content"] = [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
+    return [*messages[:-1], last]
+
+
+def anthropic_conversation(turns: int, chars: int, cache_control: bool = False
+                           ) -> list[tuple[bytes, dict[str, Any]]]:
     """(Messages body, the reply the gateway stored for it) of every turn: each reply is a
     text and a ``tool_use`` block, answered by a ``tool_result``."""
     words = _words(chars)
     messages: list[Any] = [{"role": "user", "content": words}]
     out = []
     for turn in range(turns):
-        body = sdk_json({"max_tokens": 256, "messages": messages, "model": "m",
-                         "system": "You are an agent.", "temperature": 1.0})
+        body = sdk_json({"max_tokens": 256,
+                         "messages": marked(messages) if cache_control else messages,
+                         "model": "m", "system": "You are an agent.", "temperature": 1.0})
         call_id, text = f"toolu_{turn}", f"{turn} {words}"
         stored = {"role": "assistant", "content": text, "tool_calls": [
             {"id": call_id, "type": "function",
@@ -205,7 +223,8 @@ def route_of(args: argparse.Namespace) -> Route:
     if args.api == "anthropic":
         renderer = build_renderer("qwen3", args.tokenizer)
         return Route("a Messages body", "decode_messages: parse, validation, conversion",
-                     anthropic_conversation,
+                     lambda turns, chars: anthropic_conversation(turns, chars,
+                                                                 args.cache_control),
                      lambda body, state: decode_messages(body, renderer, max_depth=64,
                                                          state=state)[1],
                      lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,

@@ -134,10 +134,11 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("api", "what"), [("anthropic", "a Messages body"),
+                                           ("anthropic --cache-control", "a Messages body"),
                                            ("responses", "a Responses body")])
 def test_chat_decode_other_routes_tiny(tmp_path: Path, api: str, what: str) -> None:
-    out = run_benchmark("chat_decode.py", "--api", api, "--sessions", "2", "--turns", "3",
-                        "5", "--rounds", "1", tmp_path=tmp_path)
+    out = run_benchmark("chat_decode.py", "--api", *api.split(), "--sessions", "2", "--turns",
+                        "3", "5", "--rounds", "1", tmp_path=tmp_path)
     assert f"decoding {what}" in out and "growing (µs)" in out
 
 
@@ -196,3 +197,11 @@ def test_workers_scaling_tiny(tmp_path: Path) -> None:
     for label in ("gateway workers", "gateway CPU/turn", "gateway capacity ratio",
                   "measured turns/s ratio"):
         assert label in out, label
+
+
+def test_harness_traffic_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("harness_traffic.py", "-S", "2", "-T", "2", "--tokens", "40", "60",
+                        "--system-tokens", "500", tmp_path=tmp_path)
+    assert "harness-shaped traffic" in out
+    for door in ("messages", "responses", "chat", "chat-nostream"):
+        assert door in out, door

@@ -83,7 +83,7 @@ def test_skeletons_give_the_template_render_for_every_family(family: str) -> Non
             for appended in appended_runs(previous, content):
                 if not {m["role"] for m in appended} <= renderer.allowed_append_roles:
                     continue
-                for _ in range(2):  # the second time from the cached skeleton
+                for _ in range(3):  # rendered, then a skeleton built, then reused
                     fast, slow = both_ways(renderer, previous, appended)
                     assert fast == slow, (family, previous, appended)
 
@@ -94,8 +94,9 @@ def test_chatml_families_use_skeletons() -> None:
     for family in ("qwen3", "chatml", "glm47"):
         renderer = renderer_of(family)
         assert renderer.skeletons is not None
-        renderer.bridge(PREVIOUS[0], renderer.primary_stop_id,
-                        [{"role": "user", "content": "hello"}])
+        for _ in range(2):  # a skeleton is built on its slot's second use
+            renderer.bridge(PREVIOUS[0], renderer.primary_stop_id,
+                            [{"role": "user", "content": "hello"}])
         used.append(any(s is not None for s in renderer.skeletons.values()))
     assert all(used)
 
@@ -143,3 +144,19 @@ def test_any_content_gives_the_template_render(content: str) -> None:
     fast, slow = both_ways(renderer, PREVIOUS[1], [
         {"role": "tool", "content": content, "tool_call_id": "call_1"}])
     assert fast == slow
+
+
+def test_a_skeleton_is_built_on_its_second_use_only() -> None:
+    """An agent that calls tools gives every bridge a new base (the previous turn's calls):
+    its first use renders once, without the two renders that build a skeleton."""
+    renderer = renderer_of("qwen3")
+    assert renderer.skeletons is not None
+    previous = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_once", "type": "function",
+         "function": {"name": "once", "arguments": '{"n": 1}'}}]}  # a base key of its own
+    appended = [{"role": "tool", "tool_call_id": "call_once", "content": "hello"}]
+    known = len(renderer.skeletons)
+    renderer.bridge(previous, renderer.primary_stop_id, appended)
+    assert len(renderer.skeletons) == known
+    renderer.bridge(previous, renderer.primary_stop_id, appended)
+    assert len(renderer.skeletons) == known + 1

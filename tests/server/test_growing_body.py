@@ -399,3 +399,52 @@ def test_share_stored_replaces_only_the_same_json_past_start() -> None:
     shifted = [{"b": 2}]
     share_stored(shifted, 0, stored, shift=1)
     assert shifted[0] is stored[1]
+
+
+def marked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as Claude Code sends them: a ``cache_control`` marker on the last one
+    only (the one it marked the turn before loses it)."""
+    out = [dict(m) for m in messages]
+    out[-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+@pytest.mark.parametrize("style", range(4))
+@pytest.mark.parametrize("appended", [1, 2, 3])
+def test_a_rewritten_last_element_is_parsed_again_alone(style: int, appended: int) -> None:
+    """With ``short``, a body whose previous last element was rewritten (Claude Code's
+    moving ``cache_control``) is parsed past the element before it; without, whole."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi é \u2028 \"q\""}]
+    state = None
+    extended = []
+    for turn in range(5):
+        raw = dumps({"model": "m", "messages": marked(messages), "tools": [{"n": turn > 9}]},
+                    style)
+        want = orjson.loads(raw)
+        got = parse_growing(raw, KEY, state, short=True)
+        assert got.data == want and list(got.data) == list(want)
+        assert parse_growing(raw, KEY, state).extended == 0  # the plain parse cannot
+        state, n = got.state, got.extended
+        extended.append(n)
+        messages += [{"role": "assistant", "content": f"a{turn}"}] + [
+            {"role": "user", "content": "x" * k} for k in range(appended - 1)]
+    sizes = [1 + appended * t for t in range(5)]
+    assert extended == [0] + [s - 1 for s in sizes[:-1]]
+
+
+def test_a_short_match_still_extends_an_unchanged_body() -> None:
+    """The full head is tried first: an unchanged last element is not parsed again."""
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    first = parse_growing(sdk_body(messages), KEY, None, short=True)
+    assert first.state is not None and 0 < first.state.short < first.state.head
+    messages.append({"role": "user", "content": "c"})
+    assert parse_growing(sdk_body(messages), KEY, first.state, short=True).extended == 2
+
+
+def test_a_rewrite_before_the_last_element_is_parsed_whole() -> None:
+    messages = [{"role": "user", "content": f"m{k}"} for k in range(4)]
+    state = parse_growing(sdk_body(messages), KEY, None, short=True).state
+    edited = [*messages[:2], {"role": "user", "content": "other"}, messages[3],
+              {"role": "user", "content": "new"}]
+    got = parse_growing(sdk_body(edited), KEY, state, short=True)
+    assert got.extended == 0 and got.data == json.loads(sdk_body(edited))

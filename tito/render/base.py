@@ -166,6 +166,10 @@ class TemplateRenderer:
         self.skeletons: dict[tuple[bytes, Shape], Skeleton | None] | None = (
             None if self._base_cache is None else {})
         """Bridge skeletons by (base key, shape) (:mod:`tito.render.skeleton`); None: off."""
+        self._seen_once: set[int] = set()
+        """Hashes of the (base key, shape) slots seen once and not built: a skeleton costs
+        two renders to build, and a base key that names the previous turn's tool calls
+        (every turn of an agent that calls tools) may never come back."""
         custom = type(self).prepare_messages is not TemplateRenderer.prepare_messages
         self._keyed_fields = frozenset(f for f in ("name", "tool_call_id")
                                        if custom or f in template)
@@ -397,6 +401,11 @@ class TemplateRenderer:
         slot = (key, shape)
         if slot in self.skeletons:
             skeleton = self.skeletons[slot]
+        elif hash(slot) not in self._seen_once:  # built on its second use
+            if len(self._seen_once) >= 4096:
+                self._seen_once.clear()
+            self._seen_once.add(hash(slot))
+            return render(appended)
         else:
             skeleton = build_skeleton(render, appended)
             if len(self.skeletons) >= 1024:

@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tito.types.errors import TokenizationError
@@ -25,8 +26,45 @@ def _raise(message: str) -> None:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    if type(value) is dict or type(value) is list:
+        return _tojson_container(value, ensure_ascii, indent, separators, sort_keys)
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)
+
+
+_TOJSON: dict[tuple[bytes, bool, int | None, tuple[str, ...] | None, bool], str] = {}
+TOJSON_ENTRIES = 4096
+"""How many container renders :func:`_tojson_container` keeps (then it starts over)."""
+
+
+def _tojson_container(value: dict[str, Any] | list[Any], ensure_ascii: bool,
+                      indent: int | None, separators: tuple[str, str] | None,
+                      sort_keys: bool) -> str:
+    """``json.dumps`` of a dict or list, remembered by its ``orjson`` text: the tool list
+    is rendered into the template every turn (twice or more: the bridge's base, its
+    skeleton), and a Claude Code tool list is ~30 KB, which ``json.dumps`` writes about
+    five times slower than ``orjson``. Exact: ``orjson``'s text fixes the types (``1``,
+    ``1.0``, ``true``), the key order and every string, so ``json.dumps`` writes the same
+    for any value with that text, except for ``null``, which ``orjson`` also writes for NaN
+    and infinities (``json.dumps``: ``NaN``, ``Infinity``): a text with a ``null`` value in
+    it, or a value ``orjson`` refuses (non-str keys, other types), is not remembered."""
+    try:
+        text = orjson.dumps(value)
+        if b":null" in text or b"[null" in text or b",null" in text:
+            raise TypeError("null: maybe NaN")
+        key = (text, bool(ensure_ascii), indent,
+               None if separators is None else tuple(separators), bool(sort_keys))
+        out = _TOJSON.get(key)  # (a key that cannot be hashed raises TypeError)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
+    if out is None:
+        out = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                         separators=separators, sort_keys=sort_keys)
+        if len(_TOJSON) >= TOJSON_ENTRIES:
+            _TOJSON.clear()
+        _TOJSON[key] = out
+    return out
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))

@@ -29,6 +29,14 @@ prefix digest aside):
   that repeats a member of the known part falls back;
 - invalid UTF-8 or anything unexpected between the tokens falls back.
 
+A client may also rewrite the last element of the previous body: Claude Code puts its
+``cache_control`` marker on the newest message's last block and takes it off the
+message it marked the turn before. With ``short=True`` the state is also matched up to
+the end of its *next-to-last* element (:attr:`GrowingBody.short`); then every element
+from the previous last one on is parsed as new (:attr:`Parsed.extended` is one less than
+the previous body's element count), so that rewrite costs one element's parse, not the
+whole body's.
+
 Pure: no I/O. The state is per session (:attr:`Session.api_state`); a body that does not
 extend it (a rollback, a rewritten history) is parsed whole and becomes the new state.
 """
@@ -86,6 +94,11 @@ class GrowingBody:
     """The whole parsed body (a copy: what the caller does with its own is not seen)."""
     misses: int = 0
     """Bodies in a row that did not extend the state before this one."""
+    short: int = 0
+    """The length of the body through the end of the array's next-to-last element (0:
+    none, or not found) ..."""
+    short_digest: int = 0
+    """... and the xxh3-128 digest of those bytes."""
 
 
 @dataclass(slots=True)
@@ -100,15 +113,15 @@ class Parsed:
     """Every member other than the array is byte for byte the previous body's."""
 
 
-def parse_growing(body: bytes, key: str, previous: GrowingBody | None) -> Parsed:
+def parse_growing(body: bytes, key: str, previous: GrowingBody | None, *,
+                  short: bool = False) -> Parsed:
     """``orjson.loads(body)`` (its errors included), in O(new bytes) when ``body`` extends
-    ``previous``; see the module docstring."""
-    if previous is not None and previous.key == key and 0 < previous.head < len(body):
-        hasher = xxh3_128(memoryview(body)[:previous.head])  # continued for the new head
-        if hasher.intdigest() == previous.digest:
-            parsed = _extend(body, previous, hasher)
-            if parsed is not None:
-                return parsed
+    ``previous``; ``short``: or when it extends all of it but its last element (see the
+    module docstring)."""
+    if previous is not None and previous.key == key:
+        parsed = _extend_from(body, previous, short)
+        if parsed is not None:
+            return parsed
     data = orjson.loads(body)
     misses = 0 if previous is None else previous.misses + 1
     if misses > ESTABLISH_MISSES and misses % RETRY_EVERY:
@@ -173,6 +186,22 @@ def share_stored(values: list[Any], start: int, stored: list[Any], shift: int = 
             values[j] = kept
 
 
+def _extend_from(body: bytes, prev: GrowingBody, short: bool) -> Parsed | None:
+    """The parse of ``body`` past ``prev``'s head, else past its short head (``short``)."""
+    if 0 < prev.head < len(body):
+        hasher = xxh3_128(memoryview(body)[:prev.head])  # continued for the new head
+        if hasher.intdigest() == prev.digest:
+            parsed = _extend(body, prev, hasher)
+            if parsed is not None:
+                return parsed
+    if short and 0 < prev.short < len(body) and len(prev.items) > 1:
+        hasher = xxh3_128(memoryview(body)[:prev.short])
+        if hasher.intdigest() == prev.short_digest:
+            return _extend(body, replace(prev, head=prev.short, digest=prev.short_digest,
+                                         items=prev.items[:-1], short=0), hasher)
+    return None
+
+
 def _extend(body: bytes, prev: GrowingBody, hasher: Any) -> Parsed | None:
     rest = body[prev.head:]
     tail = prev.tail
@@ -184,13 +213,66 @@ def _extend(body: bytes, prev: GrowingBody, hasher: Any) -> Parsed | None:
     return _extend_scanned(body, rest, prev, hasher)
 
 
-def _head(body: bytes, length: int, prev: GrowingBody, hasher: Any) -> tuple[int, int]:
-    """(length, digest) of the body through its array's last element; ``hasher`` has
-    hashed the previous head's bytes (only the new ones are hashed)."""
-    if length == prev.head:
-        return prev.head, prev.digest
+def _head(body: bytes, length: int, prev: GrowingBody, hasher: Any, new: list[Any]
+          ) -> tuple[int, int, int, int]:
+    """(length, digest, short, short digest) of the body through its array's last
+    element and through the one before it (:attr:`GrowingBody.short`); ``new``: the
+    elements after ``prev``'s head, which end at ``length``. ``hasher`` has hashed the
+    previous head's bytes (only the new ones are hashed)."""
+    if not new:
+        return prev.head, prev.digest, prev.short, prev.short_digest
+    if len(new) == 1:
+        short, short_digest = prev.head, prev.digest
+    else:
+        short = _before_last(body, prev.head, length, new[-1])
+        if short > 0:
+            hasher.update(memoryview(body)[prev.head:short])
+            short_digest = hasher.intdigest()
+            hasher.update(memoryview(body)[short:length])
+            return length, hasher.intdigest(), short, short_digest
+        short_digest = 0
     hasher.update(memoryview(body)[prev.head:length])
-    return length, hasher.intdigest()
+    return length, hasher.intdigest(), short, short_digest
+
+
+def _before_last(body: bytes, start: int, end: int, last: Any) -> int:
+    """The end of the element before the array's last one, which ends at ``end`` and is
+    ``last`` as parsed; ``start``: where an earlier element ends. 0 when not found.
+
+    Written compactly (``orjson``, JavaScript's ``JSON.stringify``, httpx), the last
+    element's bytes are its ``orjson`` serialization: a comparison finds it. Otherwise
+    the elements after ``start`` are delimited by the C scanner (O(new bytes))."""
+    try:
+        own = orjson.dumps(last)
+    except TypeError:
+        own = b""
+    i = end - len(own)
+    if own and i > start and body[i:end] == own:
+        return _comma_before(body, i, start)
+    try:
+        text = body[start:end].decode()
+        i, first = _skip(text, 0), -1
+        while i < len(text) and text[i] == ",":
+            first = _skip(text, i + 1)
+            _, i = _scan_value(text, first)
+            i = _skip(text, i)
+    except (IndexError, StopIteration, ValueError, RecursionError, UnicodeDecodeError):
+        return 0
+    if first < 0 or i != len(text):
+        return 0
+    return _comma_before(body, start + len(text[:first].encode()), start)
+
+
+def _comma_before(body: bytes, i: int, start: int) -> int:
+    """The end of the element before the ``,`` that precedes position ``i``; 0 if none."""
+    while i > start and body[i - 1] in _WS_BYTES:
+        i -= 1
+    if i <= start or body[i - 1] != _COMMA:
+        return 0
+    i -= 1
+    while i > start and body[i - 1] in _WS_BYTES:
+        i -= 1
+    return i
 
 
 def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody,
@@ -220,8 +302,9 @@ def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody,
     items = prev.items + new
     data = dict(prev.data)
     data[prev.key] = list(items)
-    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev, hasher), items,
-                        prev.before, prev.tail, dict(data))
+    head, digest, short, short_digest = _head(body, prev.head + end, prev, hasher, new)
+    state = GrowingBody(prev.key, head, digest, items, prev.before, prev.tail, dict(data),
+                        short=short, short_digest=short_digest)
     return Parsed(data, state, len(prev.items), True)
 
 
@@ -259,8 +342,9 @@ def _extend_scanned(body: bytes, raw: bytes, prev: GrowingBody, hasher: Any
     items = prev.items + new
     data = {**prev.before, prev.key: list(items), **after}
     end = len(rest[:last].encode()) if count else 0
-    state = GrowingBody(prev.key, *_head(body, prev.head + end, prev, hasher), items,
-                        prev.before, rest[i + 1:].encode(), dict(data))
+    head, digest, short, short_digest = _head(body, prev.head + end, prev, hasher, new)
+    state = GrowingBody(prev.key, head, digest, items, prev.before, rest[i + 1:].encode(),
+                        dict(data), short=short, short_digest=short_digest)
     return Parsed(data, state, len(prev.items), False)
 
 
@@ -287,22 +371,27 @@ def _establish(body: bytes, key: str, data: Any) -> GrowingBody | None:
         return None
     text = body.decode()  # orjson accepted it: valid UTF-8
     try:
-        names, head_end, tail_start = _walk(text, key)
+        names, head_end, tail_start, short_end = _walk(text, key)
     except (IndexError, StopIteration, ValueError, RecursionError):
         return None
     if head_end <= 0 or len(set(names)) != len(names):
         return None  # a duplicate member: what it overrides is not worth tracking
     before = {name: data[name] for name in names[:names.index(key)]}
     head = len(text[:head_end].encode())
+    short = len(text[:short_end].encode()) if short_end > 0 else 0
     return GrowingBody(key, head, xxh3_128_intdigest(memoryview(body)[:head]),
-                       list(data[key]), before, text[tail_start:].encode(), dict(data))
+                       list(data[key]), before, text[tail_start:].encode(), dict(data),
+                       short=short,
+                       short_digest=xxh3_128_intdigest(memoryview(body)[:short]) if short else 0)
 
 
-def _walk(text: str, key: str) -> tuple[list[str], int, int]:
+def _walk(text: str, key: str) -> tuple[list[str], int, int, int]:
     """(the member names of the object ``text`` in order, the end of the last element of
-    its ``key`` array, the index after that array); ValueError if not an object."""
+    its ``key`` array, the index after that array, the end of the element before the last
+    one (0: none)); ValueError if not an object."""
     names: list[str] = []
     head_end = tail_start = -1
+    short_end = 0
     i = _skip(text, 0)
     if text[i] != "{":
         raise ValueError("not an object")
@@ -317,22 +406,31 @@ def _walk(text: str, key: str) -> tuple[list[str], int, int]:
             raise ValueError("expected :")
         i = _skip(text, i + 1)
         if name == key and text[i] == "[":
-            head_end, i = _array_end(text, i)
+            head_end, short_end, i = _array_end(text, i)
             tail_start = i
         else:
             _, i = _scan_value(text, i)
         i = _skip(text, i)
         if text[i] == "}":
-            return names, head_end, tail_start
+            return names, head_end, tail_start, short_end
         if text[i] != ",":
             raise ValueError("expected , or }")
         i = _skip(text, i + 1)
 
 
-def _array_end(text: str, i: int) -> tuple[int, int]:
-    """(end of the last element, index after the ``]``) of the array opening at ``i``."""
-    _, after = _scan_value(text, i)
-    end = after - 1  # at the "]"
-    while text[end - 1] in " \t\n\r":
-        end -= 1
-    return end, after
+def _array_end(text: str, i: int) -> tuple[int, int, int]:
+    """(end of the last element, end of the one before it (0: none), index after the
+    ``]``) of the array opening at ``i``, its elements delimited one by one."""
+    ends: list[int] = []
+    i = _skip(text, i + 1)
+    if text[i] == "]":
+        return i, 0, i + 1
+    while True:
+        _, i = _scan_value(text, i)
+        ends.append(i)
+        i = _skip(text, i)
+        if text[i] == "]":
+            return ends[-1], ends[-2] if len(ends) > 1 else 0, i + 1
+        if text[i] != ",":
+            raise ValueError("expected , or ]")
+        i = _skip(text, i + 1)

@@ -70,13 +70,15 @@ def decode_json(body: bytes, *, allow_empty: bool = False,
 
 
 def decode_growing(body: bytes, key: str, previous: GrowingBody | None, *,
-                   keep: bool = True) -> Parsed:
+                   keep: bool = True, short: bool = False) -> Parsed:
     """:func:`decode_json` of a body whose array member ``key`` grows turn by turn: parsed
     past ``previous`` when it extends it (:func:`~tito.server.growing_body.parse_growing`);
-    ``keep`` False: parsed whole, with no state for the next body."""
+    ``keep`` False: parsed whole, with no state for the next body; ``short``: also past
+    all of ``previous`` but its last element (a client that rewrites it)."""
     if not keep:
         return Parsed(decode_json(body), None, 0, False)
-    parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(raw, key, previous))
+    parsed: Parsed = decode_json(body, parse=lambda raw: parse_growing(raw, key, previous,
+                                                                   short=short))
     return parsed
 
 

@@ -226,3 +226,32 @@ def test_a_tool_reference_renders_the_tool_as_declared(qwen3_renderer: TemplateR
         '{"type": "object"}}}\n</tools>\n[image]')}
     with pytest.raises(BadRequest, match=r"messages\.2\.content\.0\.content\.1 is an image"):
         decode_messages(raw, qwen3_renderer, max_depth=64)
+
+
+def test_a_moving_cache_control_marker_reconverts_only_the_last_message(
+        qwen3_renderer: TemplateRenderer) -> None:
+    """Claude Code marks its newest message with ``cache_control`` and unmarks the one it
+    marked the turn before: the body is decoded past the message before that one, with
+    what a whole decode gives."""
+    state = ApiState()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [
+        {"type": "text", "text": "start"}]}]
+    previous: LastBody | None = None
+    for k in range(6):
+        sent = [dict(m) for m in messages]
+        blocks = [dict(b) for b in sent[-1]["content"]]
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        sent[-1]["content"] = blocks
+        raw = orjson.dumps({"model": "m", "messages": sent, "max_tokens": 64,
+                            "system": [{"type": "text", "text": "be brief",
+                                        "cache_control": {"type": "ephemeral"}}]})
+        assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
+        last: LastBody = state.messages_body
+        if k >= 2 and previous is not None:  # all but the previous last message's reused
+            kept = previous.last_chat
+            assert kept > 0
+            assert all(a is b for a, b in zip(last.chat[:kept], previous.chat[:kept],
+                                              strict=True))
+            assert last.chat[kept] is not previous.chat[kept]
+        previous = last
+        messages += [assistant(k), tool_result(k)]

@@ -18,7 +18,12 @@ parses, validates and converts only the messages that follow:
   body whose declared tools changed is decoded whole (the earlier messages' tool
   references rendered the tools they named);
 - any validation failure re-reads the body and validates it whole, so the error is the
-  one a whole decode gives.
+  one a whole decode gives;
+- Claude Code moves its ``cache_control`` marker to the newest message every turn, so the
+  last body's last message comes back rewritten: the body is matched up to the end of
+  the last body's next-to-last message too (``short`` in
+  :func:`~tito.server.growing_body.parse_growing`), and that message is converted again
+  (the state keeps where its chat messages start).
 
 The request comes back without its messages (the turn carries them, converted): nothing
 downstream reads them, and the state keeps no copy of them.
@@ -87,6 +92,10 @@ class LastBody:
     """The chat messages of the body's messages, in order (the system one not included)."""
     images: int
     """How many images of those messages became the marker (``--images placeholder``)."""
+    last_chat: int = 0
+    """The length of ``chat`` before the last message's chat messages ..."""
+    last_images: int = 0
+    """... and ``images`` before them: what a body that rewrites the last message reuses."""
 
 
 def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
@@ -99,7 +108,7 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
     ``images``, ``hosted_tools``: the server's ``--images`` and ``--hosted-tools``."""
     last = state.messages_body if state is not None else None
     parsed = decode_growing(body, "messages", None if last is None else last.parsed,
-                            keep=state is not None)
+                            keep=state is not None, short=True)
     reused = parsed.extended if last is not None else 0  # every message of the last body
     extended = _extended(parsed.data, last, reused, parsed.same_rest, max_depth, renderer,
                          hosted_tools) if reused and last is not None else None
@@ -112,26 +121,40 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
         rest = _rest(req, renderer, hosted_tools, last)
     else:
         req, new, rest = extended
-    previous = last if reused and last is not None else None
-    chat = list(previous.chat) if previous is not None else []
+    chat, before = _reused_chat(last, reused)
+    start = len(chat)
     conversion = Conversion(images, rest.tools.declared)
+    last_chat, last_images = start, 0
     for i, message in enumerate(new, start=reused):
+        last_chat, last_images = len(chat), conversion.replaced
         chat.extend(chat_messages(message, i, conversion))
-    replaced = conversion.replaced + (previous.images if previous is not None else 0)
+    replaced = conversion.replaced + before
+    last_images += before
     system = rest.system
     if stored:
         if system is not None and system is not stored[0] and same_json(system, stored[0]):
             system = stored[0]  # e.g. after a restart: the replayed session's own object
             rest = Rest(system, rest.tools, rest.template_kwargs)
-        share_stored(chat, len(previous.chat) if previous is not None else 0, stored,
-                     0 if system is None else 1)
+        share_stored(chat, start, stored, 0 if system is None else 1)
     if state is not None:
+        if not new and last is not None:  # the same messages: the same last one
+            last_chat, last_images = last.last_chat, last.last_images
         state.messages_body = LastBody(without_elements(parsed.state), req, rest, chat,
-                                       replaced)
+                                       replaced, last_chat, last_images)
     messages = list(chat) if system is None else [system, *chat]  # the state's stays as is
     return req, TurnRequest(messages=messages, tools=rest.tools.rendered,
                             template_kwargs=rest.template_kwargs,
                             notes=turn_notes(rest.tools, replaced))
+
+
+def _reused_chat(last: LastBody | None, reused: int) -> tuple[list[Message], int]:
+    """(the chat messages of the last body's first ``reused`` messages, how many images
+    they replaced): all of its messages, or all but its last (rewritten) one."""
+    if not reused or last is None:
+        return [], 0
+    if last.parsed is not None and reused < len(last.parsed.items):
+        return last.chat[:last.last_chat], last.last_images
+    return list(last.chat), last.images
 
 
 def _rest(req: MessagesRequest, renderer: TemplateRenderer, hosted_tools: str,
