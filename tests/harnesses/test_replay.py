@@ -17,6 +17,8 @@ import pytest
 from helpers.cli_fixtures import failure, load, replay, sequence
 from helpers.support import Proc, start_gateway, start_mock
 
+pytestmark = pytest.mark.slow  # real processes per case (fast tier: under a minute)
+
 
 def case(name: str, xfail: str | None = None) -> Any:
     marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []

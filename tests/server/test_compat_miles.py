@@ -22,6 +22,8 @@ import openai
 import pytest
 from helpers.support import Proc, start_gateway, tokenizer_dir
 
+pytestmark = pytest.mark.slow  # real processes per case (fast tier: under a minute)
+
 U1 = {"role": "user", "content": "What is 1+2?\nSAY three"}
 T1 = {"role": "tool", "content": "tool-result-1\nSAY done", "tool_call_id": "t0"}
 T1_DIFF = {"role": "tool", "content": "tool-result-DIFFERENT\nSAY done", "tool_call_id": "t0"}

@@ -22,6 +22,8 @@ from helpers.support import Proc, bare_sample, engine_log, start_gateway
 
 from tito.samples.sample import samples_identical
 
+pytestmark = pytest.mark.slow  # real processes per case (fast tier: under a minute)
+
 DOORS = {"chat": "/v1/chat/completions", "messages": "/v1/messages",
          "responses": "/v1/responses"}
 
