@@ -31,6 +31,7 @@ from tito.server.journal import Journal, open_journal
 from tito.server.metrics import Metrics
 from tito.server.peers import Peers
 from tito.server.routing_replay import RoutingReplay, check_truncated
+from tito.server.session_options import SessionOptions
 from tito.session import LinearSession, Session, TreeSession, TurnSession
 from tito.session.collect import Hooks
 from tito.session.contexts import ContextSession
@@ -151,10 +152,14 @@ class Gateway:
         return ContextSession(session_id, new_context, matcher=matcher,
                               side_requests=config.side_requests, api_state=ApiState())
 
-    async def create_session(self) -> Session:
+    async def create_session(self, options: SessionOptions | None = None) -> Session:
+        """A new session (with ``POST /sessions``'s ``options``), journaled before it is
+        answered."""
         if self.journal is not None:
             self.journal.check_writable()  # 503 journal_unavailable once it failed
         session = self.store.create()
+        if options is not None:
+            ApiState.of(session).options = options
         if self.journal is not None:
             try:
                 await self.journal.created(session)

@@ -28,6 +28,16 @@ class SessionOptions:
                     if getattr(self, k) is not None}
         return {"evaluation": self.evaluation, "sampling_defaults": defaults}
 
+    def to_json(self) -> dict[str, Any]:
+        """As the journal keeps them (:meth:`from_json` reads them back)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "evaluation": self.evaluation}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SessionOptions:
+        return cls(temperature=data.get("temperature"), top_p=data.get("top_p"),
+                   top_k=data.get("top_k"), evaluation=bool(data.get("evaluation")))
+
     def fill(self, params: SamplingParams, request: object) -> SamplingParams:
         """``params`` with this session's defaults for the fields ``request`` (the API's
         decoded body) leaves out."""

@@ -122,10 +122,9 @@ async def create_session(gateway: Gateway, request: Request) -> Response:
     (:mod:`tito.server.session_options`; a bad body is a 400 and creates nothing)."""
     raw = await read_body(request, _control_limit(gateway))
     options = session_options(raw) if raw.strip() else None
-    session = await gateway.create_session()
+    session = await gateway.create_session(options)
     reply: dict[str, Any] = {"session_id": session.session_id}
     if options is not None:
-        ApiState.of(session).options = options
         reply.update(options.view())
     return json_response(reply)
 

@@ -152,6 +152,32 @@ async def test_responses_ids_survive_a_restart(make_gateway: Any, tmp_path: Path
     again.journal.close()
 
 
+async def test_session_options_survive_a_restart(make_gateway: Any, tmp_path: Path) -> None:
+    """``POST /sessions``'s sampling defaults and ``evaluation`` are journaled with the
+    session: after a restart its turns still get them (not silently the server's)."""
+    gateway: Gateway = make_gateway(journal=str(tmp_path))
+    async with asgi_client(gateway) as http:
+        created = await http.post("/sessions", json={"temperature": 0.3, "top_k": 7,
+                                                     "evaluation": True})
+        assert created.status_code == 200, created.text
+        sid = created.json()["session_id"]
+        plain = await new_session(http)
+    assert gateway.journal is not None
+    gateway.journal.close()
+    again: Gateway = make_gateway(journal=str(tmp_path))
+    async with asgi_client(again) as http:
+        meta = (await http.get(f"/sessions/{sid}")).json()["metadata"]
+        assert meta["evaluation"] is True
+        assert meta["sampling_defaults"] == {"temperature": 0.3, "top_k": 7}
+        assert (await say(http, sid, [{"role": "user", "content": "hi"}])).status_code == 200
+        params = again.engine.calls[-1].params  # type: ignore[attr-defined]
+        assert (params.temperature, params.top_k) == (0.3, 7)
+        plain_meta = (await http.get(f"/sessions/{plain}")).json()["metadata"]
+        assert "sampling_defaults" not in plain_meta  # a session created without options
+    assert again.journal is not None
+    again.journal.close()
+
+
 async def test_an_older_journal_is_read_and_rewritten(make_gateway: Any,
                                                       tmp_path: Path) -> None:
     """A journal of the previous format (``u32 length | u32 crc32 | payload``, no magic,

@@ -20,6 +20,7 @@ from typing import Any
 from tito.server.api_state import ApiState
 from tito.server.journal.frames import Frame, turn_of
 from tito.server.journal.scan import Damage
+from tito.server.session_options import SessionOptions
 from tito.session import Session
 from tito.session.agents import MAIN
 from tito.session.turns import TurnCommit
@@ -138,6 +139,9 @@ def _session_frame(out: Replayed, item: Frame, sid: str,
         if new_session is not None:
             session = new_session(sid)
             session.created_at = session.last_active = item.header["ts"]
+            options = item.header.get("options")
+            if options is not None:
+                ApiState.of(session).options = SessionOptions.from_json(options)
             out.live[sid] = session
         out.index[sid] = []
         return True

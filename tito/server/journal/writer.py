@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tito.server.api_state import ApiState
 from tito.server.journal.frames import FILE, MAGIC, frame, turn_frame
 from tito.server.journal.replay import Replayed
 from tito.session import Session
@@ -195,7 +196,11 @@ class Journal:
     # -- what the gateway journals -------------------------------------------------------
     async def created(self, session: Session) -> None:
         sid = session.session_id
-        data = frame({"op": "create", "sid": sid, "ts": session.created_at}, seq=0)
+        header: dict[str, Any] = {"op": "create", "sid": sid, "ts": session.created_at}
+        options = ApiState.of(session).options
+        if options is not None:  # POST /sessions's body: the turns' sampling defaults
+            header["options"] = options.to_json()
+        data = frame(header, seq=0)
         self._seqs[sid] = 1
         await self.write(data, (sid, "create", len(data), ""))
 
