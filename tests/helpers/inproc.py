@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
 import httpx
 import openai
 
+from tito.config import ServerConfig
+from tito.engines.mock import MockConfig, MockEngine, MockModel
+from tito.engines.sglang import SGLangEngine
+from tito.net import AppServer, bind_tcp
+from tito.render.base import TemplateRenderer
 from tito.server.app import create_app
 from tito.server.gateway import Gateway
 
@@ -24,3 +34,25 @@ def openai_for(http: httpx.AsyncClient, sid: str) -> openai.AsyncOpenAI:
     """The real openai SDK, talking to the in-process app."""
     return openai.AsyncOpenAI(base_url=f"http://127.0.0.1/sessions/{sid}/v1", api_key="unused",
                               max_retries=0, http_client=http)
+
+
+@contextlib.asynccontextmanager
+async def over_mock_engine(tokenizer_dir: Path, renderer: TemplateRenderer,
+                           self_check: dict[str, Any], *, timeout: float,
+                           token_latency_ms: float = 0.0) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway app (in this process) over a real mock engine on 127.0.0.1, through
+    the SGLang client: httpx on the app."""
+    mock = MockEngine(MockConfig(tokenizer_dir=str(tokenizer_dir), family="qwen3",
+                                 token_latency_ms=token_latency_ms), MockModel(renderer))
+    server = AppServer(mock.app(), bind_tcp("127.0.0.1", 0))
+    await server.start()
+    config = ServerConfig(tokenizer=str(tokenizer_dir), family="qwen3", engine="sglang",
+                          engine_url=server.url, engine_timeout=timeout)
+    gateway = Gateway(config, renderer, SGLangEngine(server.url, timeout=timeout),
+                      self_check=self_check)
+    try:
+        async with asgi_client(gateway) as http:
+            yield http
+    finally:
+        await gateway.engine.close()
+        await server.stop()

@@ -10,33 +10,17 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.inproc import asgi_client, new_session
+from helpers.inproc import new_session, over_mock_engine
 
-from tito.config import ServerConfig
-from tito.engines.mock import MockConfig, MockEngine, MockModel
-from tito.engines.sglang import SGLangEngine
-from tito.net import AppServer, bind_tcp
 from tito.render.base import TemplateRenderer
-from tito.server.gateway import Gateway
 
 
 @pytest.fixture
 async def stack(qwen3_dir: Path, qwen3_renderer: TemplateRenderer,
                 qwen3_self_check: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
-    mock = MockEngine(MockConfig(tokenizer_dir=str(qwen3_dir), family="qwen3"),
-                      MockModel(qwen3_renderer))
-    server = AppServer(mock.app(), bind_tcp("127.0.0.1", 0))
-    await server.start()
-    config = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
-                          engine_url=server.url, engine_timeout=0.5)
-    gateway = Gateway(config, qwen3_renderer, SGLangEngine(server.url, timeout=0.5),
-                      self_check=qwen3_self_check)
-    try:
-        async with asgi_client(gateway) as http:
-            yield http
-    finally:
-        await gateway.engine.close()
-        await server.stop()
+    async with over_mock_engine(qwen3_dir, qwen3_renderer, qwen3_self_check,
+                                timeout=0.5) as http:
+        yield http
 
 
 FAULTS = {

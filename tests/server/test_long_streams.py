@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from helpers.inproc import asgi_client
 from helpers.inproc import new_session as new_inproc_session
+from helpers.inproc import over_mock_engine
 from helpers.support import (
     Proc,
     bare_sample,
@@ -29,12 +29,7 @@ from helpers.support import (
     tokenizer_dir,
 )
 
-from tito.config import ServerConfig
-from tito.engines.mock import MockConfig, MockEngine, MockModel
-from tito.engines.sglang import SGLangEngine
-from tito.net import AppServer, bind_tcp
 from tito.render.base import TemplateRenderer
-from tito.server.gateway import Gateway
 
 LONG = 65536
 
@@ -130,20 +125,9 @@ def test_a_64k_token_turn_streams_is_committed_and_in_the_sample(
 async def slow_mock(qwen3_dir: Path, qwen3_renderer: TemplateRenderer,
                     qwen3_self_check: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
     """The gateway app over a mock engine taking 0.5 ms a token (a stream in many chunks)."""
-    mock = MockEngine(MockConfig(tokenizer_dir=str(qwen3_dir), family="qwen3",
-                                 token_latency_ms=0.5), MockModel(qwen3_renderer))
-    server = AppServer(mock.app(), bind_tcp("127.0.0.1", 0))
-    await server.start()
-    config = ServerConfig(tokenizer=str(qwen3_dir), family="qwen3", engine="sglang",
-                          engine_url=server.url, engine_timeout=5)
-    gateway = Gateway(config, qwen3_renderer, SGLangEngine(server.url, timeout=5),
-                      self_check=qwen3_self_check)
-    try:
-        async with asgi_client(gateway) as http:
-            yield http
-    finally:
-        await gateway.engine.close()
-        await server.stop()
+    async with over_mock_engine(qwen3_dir, qwen3_renderer, qwen3_self_check,
+                                timeout=5, token_latency_ms=0.5) as http:
+        yield http
 
 
 async def streamed(http: httpx.AsyncClient, sid: str, text: str) -> tuple[int, list[Any]]:
