@@ -63,23 +63,28 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    sock = bind_tcp(args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(create_app(args.upstream.rstrip("/")),
-                                           log_level="warning", access_log=False,
+    serve_app(create_app(args.upstream.rstrip("/")), args.host, args.port,
+              "pass-through proxy")
+
+
+def serve_app(app: Starlette, host: str, port: int, label: str) -> None:
+    """Serve ``app`` as ``tito serve`` serves (its collector settings, tito/heap.py) and
+    print ``<label> listening on URL`` once it is up."""
+    sock = bind_tcp(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="off", timeout_graceful_shutdown=2))
 
     async def serve() -> None:
-        tune_for_serving()  # the collector settings of ``tito serve`` (tito/heap.py)
+        tune_for_serving()
         freeze_startup_heap()
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.005)
         if server.started:
-            print(f"pass-through proxy listening on {url_of(sock)}", flush=True)
+            print(f"{label} listening on {url_of(sock)}", flush=True)
         await task
 
     asyncio.run(serve())
-
 
 if __name__ == "__main__":
     main()

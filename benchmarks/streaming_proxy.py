@@ -16,7 +16,6 @@ text) and writes the door's server-sent events for each chunk: Messages
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,15 +24,14 @@ from typing import Any
 
 import aiohttp
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tito.heap import freeze_startup_heap, tune_for_serving
-from tito.net import bind_tcp, url_of
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from passthrough_proxy import serve_app
 
 SAMPLING = {"temperature": 1.0, "skip_special_tokens": False, "no_stop_trim": True}
 Events = Callable[[str, int], bytes]
@@ -204,25 +202,8 @@ def main() -> None:
                         help="the engine streams incremental chunks")
     parser.add_argument("--max-new-tokens", type=int, default=8192)
     args = parser.parse_args()
-    sock = bind_tcp(args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(create_app(args.upstream.rstrip("/"),
-                                                      args.incremental,
-                                                      args.max_new_tokens),
-                                           log_level="warning", access_log=False,
-                                           lifespan="off", timeout_graceful_shutdown=2))
-
-    async def serve() -> None:
-        tune_for_serving()
-        freeze_startup_heap()
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.005)
-        if server.started:
-            print(f"streaming proxy listening on {url_of(sock)}", flush=True)
-        await task
-
-    asyncio.run(serve())
-
+    serve_app(create_app(args.upstream.rstrip("/"), args.incremental, args.max_new_tokens),
+              args.host, args.port, "streaming proxy")
 
 if __name__ == "__main__":
     main()
