@@ -1,0 +1,36 @@
+"""``minimax_m25``: MiniMax-M2.5 (and M2.7: the same template but its identity line).
+
+- Template: miles' patched M2.5 template (``clear_thinking``), corrected: with
+  ``clear_thinking=False`` (pinned) every assistant renders ``<think>\\nR\\n</think>\\n\\n``,
+  also when ``R`` is empty (miles' patch drops an empty block, which breaks the prefix the
+  generation prompt ``<think>\\n`` opened). Otherwise the format of ``minimax_m2``.
+- Junction: the model stops at ``[e~[``; the render continues with ``\\n``.
+- Later system messages are not rendered: appends are ``tool``, ``user``, ``assistant``.
+- Calls: ``<minimax:tool_call><invoke name=…><parameter name=…>V</parameter></invoke>…``.
+- Tokenizer: not available offline: a stand-in with MiniMax's markers as special tokens.
+"""
+
+from __future__ import annotations
+
+from tito.parse.minimax import MiniMaxParser
+from tito.render.base import FamilySpec, TemplateRenderer
+from tito.render.families import bundled_template
+from tito.render.families.minimax_m2 import STANDIN, STANDIN_EOS, STOPS
+from tito.types.tokenizer import Tokenizer
+
+FIXTURE = None
+__all__ = ["FIXTURE", "STANDIN", "STANDIN_EOS", "build"]
+
+
+def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+    spec = FamilySpec(
+        name="minimax_m25",
+        template=template or bundled_template("minimax_m25.jinja"),
+        pinned_kwargs={"clear_thinking": False},
+        allowed_append_roles=frozenset({"tool", "user", "assistant"}),
+        assistant_start="]~b]ai",
+        stop_tokens=STOPS,
+        turn_openers=("]~b]",),
+    )
+    parser = MiniMaxParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
+    return TemplateRenderer(tokenizer, spec, parser)
