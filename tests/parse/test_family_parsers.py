@@ -44,6 +44,9 @@ MALFORMED = {
     "llama3": '{"name": "f", "parameters": {"a": }',
     "gpt_oss": "<|channel|>analysis<|message|>r<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{broken",
     "mistral": '[TOOL_CALLS][{"name": "f", "arguments": {oops}]',
+    "minimax_m25": 'r\n</think>\n\n<minimax:tool_call>\n<invoke name="f">\nstray text\n</invoke>\n</minimax:tool_call>',
+    "minimax_m3": '<mm:think>r</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="f">]<]minimax[>[<a>1]<]minimax[>[</b>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>',
+    "gemma4": 'r\n<channel|><|tool_call>call:f{a:<|"|>unterminated}<tool_call|>',
 }
 
 

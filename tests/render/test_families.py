@@ -101,7 +101,10 @@ def test_gpt_oss_return_becomes_end_in_history() -> None:
 @pytest.mark.parametrize("family,junction", [("qwen35", "\n"), ("nemotron3", "\n"),
                                              ("minimax_m2", "\n"), ("kimi_k2", ""),
                                              ("llama3", ""), ("mistral", ""),
-                                             ("deepseek_v4", "")])
+                                             ("deepseek_v4", ""),
+                                             ("minimax_m25", "\n"),
+                                             ("minimax_m3", "\n"),
+                                             ("gemma4", "\n")])
 def test_junction_and_cut_turns(family: str, junction: str) -> None:
     plain = {"role": "assistant", "content": "Hello there"}
     drop, text, _ = _bridge_text(family, plain, [{"role": "user", "content": "next"}])
@@ -113,7 +116,9 @@ def test_junction_and_cut_turns(family: str, junction: str) -> None:
 
 
 @pytest.mark.parametrize("family", ["qwen35", "deepseek_v31", "deepseek_v32", "deepseek_v4",
-                                    "minimax_m2"])
+                                    "minimax_m2",
+                                    "minimax_m25",
+                                    "minimax_m3"])
 def test_system_append_is_rejected_naming_family_and_role(family: str) -> None:
     r = get(family)
     assert "system" not in r.allowed_append_roles

@@ -30,7 +30,10 @@ TOOLS = [
 ]
 STRICT = ("special_token_count", "special_token_type", "non_assistant_text")
 FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
-            "llama3": "llama-3.1", "gpt_oss": "gpt-oss"}
+            "llama3": "llama-3.1", "gpt_oss": "gpt-oss",
+            "minimax_m25": None,
+            "minimax_m3": None,
+            "gemma4": None}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

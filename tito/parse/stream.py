@@ -34,10 +34,13 @@ CALL_MARKERS: tuple[str, ...] = (
     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<|tool_calls_section_begin|>",
     "<|tool_call_begin|>", "[TOOL_CALLS]", "<minimax:tool_call>", "<|start|>",
     "<|channel|>", "<|constrain|>", "<|call|>", '{"name"', "<think>", "</think>",
+    "]<]minimax[>[", "<mm:think>", "</mm:think>",
+    "<|tool_call>", "<|channel>", "<channel|>",
 )
 """Texts that may begin a tool call (or a section a parser reads specially) in some
 family; content is held back from the first one on."""
-REASONING_MARKERS: tuple[str, ...] = ("</think>", "<|end|>", "<|channel|>", "<|start|>")
+REASONING_MARKERS: tuple[str, ...] = ("</think>", "<|end|>", "<|channel|>", "<|start|>",
+                                      "</mm:think>", "<channel|>")
 """Texts that may close a reasoning block."""
 
 Parse = Callable[[Sequence[int], str], ParsedCompletion]

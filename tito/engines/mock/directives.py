@@ -43,6 +43,8 @@ FILLER_TEXT = (
 )
 _TOOL_RESPONSE_RE = re.compile(
     r"<(tool_response|tool_result|result|response)>\n?(.*?)\n?</\1>", re.DOTALL)
+_GEMMA_RESPONSE_RE = re.compile(r'^response:[^{]*\{value:<\|"\|>(.*?)<\|"\|>\}$', re.DOTALL)
+"""Gemma 4's tool result (``response:NAME{value:<|"|>TEXT<|"|>}``)."""
 _F32 = struct.Struct("<f")
 
 
@@ -153,6 +155,9 @@ def prompt_digest(ids: Sequence[int]) -> bytes:
 def _message_body(text: str) -> str:
     blocks = _TOOL_RESPONSE_RE.findall(text)
     body = blocks[-1][1] if blocks else text
+    gemma = _GEMMA_RESPONSE_RE.match(body.strip())
+    if gemma:
+        return gemma.group(1)
     stripped = body.strip()
     if stripped[:1] in '"{':  # JSON-quoted tool results (harmony, Mistral)
         try:
@@ -206,25 +211,39 @@ class MockModel:
         self.filler_ids = [t for t in self.tokenizer.encode(FILLER_TEXT) if t not in self.stop_ids]
         self.variants = renderer.thinking_variants()
         self.gen_prompts = [self._gen_prompt_ids(v) for v in self.variants]
+        """Per variant: its generation prompts after a user message and after a tool result
+        (Gemma 4 continues the model turn after tool results with another prompt)."""
         self._render_cache: dict[tuple[str, int], list[int]] = {}
 
     # prompt analysis -----------------------------------------------------------------
-    def _gen_prompt_ids(self, variant: dict[str, Any]) -> list[int]:
-        probe = [{"role": "user", "content": "x"}]
-        base = self.renderer.render_text(probe, template_kwargs=variant)
-        full = self.renderer.render_text(probe, template_kwargs=variant,
-                                         add_generation_prompt=True)
-        if full.startswith(base):
-            return self.tokenizer.encode(full[len(base):])
-        return []
+    def _gen_prompt_ids(self, variant: dict[str, Any]) -> list[list[int]]:
+        call = {"id": "call_probe", "type": "function",
+                "function": {"name": "probe", "arguments": "{}"}}
+        probes: list[list[dict[str, Any]]] = [
+            [{"role": "user", "content": "x"}],
+            [{"role": "user", "content": "x"},
+             {"role": "assistant", "content": "", "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "call_probe", "content": "y"}]]
+        out = []
+        for probe in probes:
+            try:
+                base = self.renderer.render_text(probe, template_kwargs=variant)
+                full = self.renderer.render_text(probe, template_kwargs=variant,
+                                                 add_generation_prompt=True)
+            except Exception:  # a template that refuses the probe
+                continue
+            if full.startswith(base):
+                out.append(self.tokenizer.encode(full[len(base):]))
+        return out or [[]]
 
     def choose_variant(self, ids: Sequence[int]) -> int:
         """Index of the variant whose generation prompt ``ids`` end with (longest wins)."""
         best, best_len = 0, -1
-        for i, gen in enumerate(self.gen_prompts):
-            n = len(gen)
-            if n > best_len and n <= len(ids) and list(ids[len(ids) - n:]) == gen:
-                best, best_len = i, n
+        for i, gens in enumerate(self.gen_prompts):
+            for gen in gens:
+                n = len(gen)
+                if n > best_len and n <= len(ids) and list(ids[len(ids) - n:]) == gen:
+                    best, best_len = i, n
         return best
 
     def thinking_on(self, variant: dict[str, Any]) -> bool:
