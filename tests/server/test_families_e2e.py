@@ -1,7 +1,9 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
-and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
-tokenizer (the real one is not available offline)."""
+and 0 strict mismatches in the collected sample. GLM, MiniMax and Gemma run over their
+documented stand-in tokenizers (the real ones are not available offline); the families of
+``THREE_APIS`` also run sessions through the Responses and Messages APIs (real openai and
+anthropic SDKs) with each API's thinking switch."""
 
 from __future__ import annotations
 
@@ -157,3 +159,107 @@ def test_standin_folder_loads(tmp_path: Path) -> None:
     renderer = build_renderer("glm47", folder)
     assert renderer.tokenizer.encode("<|observation|>") == [
         renderer.tokenizer.require_id("<|observation|>")]
+
+
+THREE_APIS = {
+    "minimax_m25",
+    "minimax_m3",
+    "gemma4",
+}
+"""Families also driven through the Responses and Messages APIs here, with each API's
+thinking switch (the others are covered by tests/server/responses and anthropic)."""
+WEATHER_RESPONSES = {"type": "function", "name": "get_weather", "description": "Weather.",
+                     "parameters": TOOLS[0]["function"]["parameters"], "strict": False}
+WEATHER_ANTHROPIC = {"name": "get_weather", "description": "Weather.",
+                     "input_schema": TOOLS[0]["function"]["parameters"]}
+OFF_PROMPT = {"minimax_m3": "]~b]ai\n</mm:think>", "gemma4": "<|turn>model\n"}
+ON_PROMPT = {"minimax_m3": "]~b]ai\n<mm:think>", "gemma4": "<|turn>model\n<|channel>thought\n",
+             "minimax_m25": "]~b]ai\n<think>\n"}
+
+
+def _chain_holds(engine: Proc, gateway: Proc, sid: str, turns: int) -> list[dict[str, Any]]:
+    """The session's engine requests: ``turns`` of them, each extending the last, and its
+    sample equal to the last one with no strict mismatch."""
+    log = [e for e in httpx.get(engine.url + "/mock/requests").json()
+           if e["rid"].startswith(sid)]
+    assert len(log) == turns
+    trim = httpx.get(gateway.url + "/health").json()["capabilities"]["max_trailing_trim"]
+    for prev, cur in itertools.pairwise(log):
+        stored = prev["input_ids"] + prev["output_ids"]
+        assert cur["input_ids"][: len(stored) - trim] == stored[: len(stored) - trim]
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    sample = decode_samples(resp.content).samples[0]
+    assert sample.tokens.tolist() == log[-1]["input_ids"] + log[-1]["output_ids"]
+    mismatches = sample.metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], mismatches
+    return log
+
+
+def _prompt_text(family: str, ids: list[int]) -> str:
+    from tito.render import build_renderer
+
+    return build_renderer(family, "standin").tokenizer.decode(ids)
+
+
+def test_responses_session_with_reasoning_effort(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    if family not in THREE_APIS:
+        pytest.skip(f"{family}: Responses sessions are covered in tests/server/responses")
+    sid, client = _session(gateway.url)
+    first = client.responses.create(
+        model="m", tools=[WEATHER_RESPONSES], reasoning={"effort": "high"},
+        input=[{"role": "user", "content": 'THINK plan\nCALL get_weather {"city": "Paris"}'}])
+    calls = [i for i in first.output if i.type == "function_call"]
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Paris"}]
+    assert any(i.type == "reasoning" for i in first.output)
+    second = client.responses.create(
+        model="m", tools=[WEATHER_RESPONSES], reasoning={"effort": "high"},
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                "output": "THINK done\nSAY Sunny."}])
+    assert second.output_text == "Sunny."
+    log = _chain_holds(engine, gateway, sid, 2)
+    assert _prompt_text(family, log[0]["input_ids"]).endswith(ON_PROMPT[family])
+
+
+def test_messages_session_with_anthropic_thinking(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    if family not in THREE_APIS:
+        pytest.skip(f"{family}: Messages sessions are covered in tests/server/anthropic")
+    import anthropic
+
+    sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+    client = anthropic.Anthropic(base_url=f"{gateway.url}/sessions/{sid}", api_key="x",
+                                 max_retries=0)
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": 'THINK plan\nCALL get_weather {"city": "Oslo"}'}]
+    first = client.messages.create(model="m", max_tokens=256, tools=[WEATHER_ANTHROPIC],
+                                   thinking=thinking, messages=messages)  # type: ignore[arg-type]
+    assert first.stop_reason == "tool_use"
+    uses = [b for b in first.content if b.type == "tool_use"]
+    assert [b.input for b in uses] == [{"city": "Oslo"}]
+    assert [b.thinking for b in first.content if b.type == "thinking"] == ["plan"]
+    messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
+                                               "content": "THINK cold\nSAY Cold."}]}]
+    second = client.messages.create(model="m", max_tokens=256, tools=[WEATHER_ANTHROPIC],
+                                    thinking=thinking, messages=messages)  # type: ignore[arg-type]
+    assert [b.text for b in second.content if b.type == "text"] == ["Cold."]
+    log = _chain_holds(engine, gateway, sid, 2)
+    assert _prompt_text(family, log[0]["input_ids"]).endswith(ON_PROMPT[family])
+
+
+def test_chat_reasoning_effort_none_switches_thinking_off(stack: tuple[str, Proc, Proc]
+                                                         ) -> None:
+    family, engine, gateway = stack
+    if family not in OFF_PROMPT:
+        pytest.skip(f"{family} has no thinking switch here")
+    sid, client = _session(gateway.url)
+    r = client.chat.completions.create(model="m", reasoning_effort="none", messages=[
+        {"role": "user", "content": "THINK never shown\nSAY Plain."}])
+    assert r.choices[0].message.content == "Plain."
+    assert not getattr(r.choices[0].message, "reasoning_content", None)
+    log = _chain_holds(engine, gateway, sid, 1)
+    assert _prompt_text(family, log[0]["input_ids"]).endswith(OFF_PROMPT[family])
