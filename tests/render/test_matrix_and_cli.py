@@ -57,3 +57,15 @@ def test_verify_template_cli_pass_fail_and_usage(capsys: pytest.CaptureFixture,
     assert report["passed"] and report["checks"]["token_prefix"][0] > 0
     assert _run("--tokenizer", str(qwen3), "--family", "qwen3", "--kwargs", "[1]") == 2
     assert _run("--tokenizer", str(tmp_path), "--family", "qwen3") == 2
+
+
+@pytest.mark.parametrize("family", [
+    "minimax_m25",
+    "minimax_m3",
+    "gemma4",
+])
+def test_verify_template_standin_passes_for_new_families(family: str,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    assert _run("--tokenizer", "standin", "--family", family, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["checks"]["token_prefix"][0] > 0

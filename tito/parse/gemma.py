@@ -21,6 +21,7 @@ QUOTE = '<|"|>'
 _BLOCK = re.compile(r"<\|tool_call>call:([^{}<>\s]+)\{(.*?)\}<tool_call\|>", re.DOTALL)
 _NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
 _ATOM_END = re.compile(r"[,}\]]")
+_BARE_KEY = re.compile(r"([^,:{}\[\]]+):")
 
 
 class _Malformed(ValueError):
@@ -72,10 +73,10 @@ def _key(s: str, i: int) -> tuple[str, int]:
     if s.startswith(QUOTE, i):
         key, i = _value(s, i)
         return str(key), _expect(s, i, ":")
-    end = s.find(":", i)
-    if end <= i:
+    match = _BARE_KEY.match(s, i)
+    if match is None:
         raise _Malformed(f"expected a key at {i}")
-    return s[i:end], end + 1
+    return match.group(1), match.end()
 
 
 def _object(s: str, i: int, close: str | None) -> tuple[dict[str, Any], int]:
