@@ -17,6 +17,12 @@
   them (no new ``<|turn>model``). All roles append (a later system message is a turn).
 - Thinking per request (``enable_thinking``, default off; it also writes ``<|think|>`` into
   the system turn, so a session switching it keeps its first turn's system text).
+- Refused: ``preserve_thinking=false`` (400 ``template_kwarg_conflict``). Format limit: a
+  string argument holding ``<|"|>`` (Gemma's string mark) cannot be parsed back.
+- Other revisions: the release one (4742fe8) passes the verifier only because it never
+  renders reasoning (a model's thought would vanish from the history) and it renders OpenAI
+  tool messages as turns of their own; 31B-it's (E2B's b446025c plus the empty thought
+  block) breaks the prefix like the current one. This family's template serves all sizes.
 - Tokenizer: not available offline: a stand-in with Gemma 4's control tokens.
 """
 

@@ -5,7 +5,9 @@
   also when ``R`` is empty (miles' patch drops an empty block, which breaks the prefix the
   generation prompt ``<think>\\n`` opened). Otherwise the format of ``minimax_m2``.
 - Junction: the model stops at ``[e~[``; the render continues with ``\\n``.
-- Later system messages are not rendered: appends are ``tool``, ``user``, ``assistant``.
+- Later system messages are not rendered: appends are ``tool``, ``user``, ``assistant``
+  (a ``system`` append is a 400 ``role_not_allowed``; ``clear_thinking=true`` a 400
+  ``template_kwarg_conflict``).
 - Calls: ``<minimax:tool_call><invoke name=…><parameter name=…>V</parameter></invoke>…``.
 - Tokenizer: not available offline: a stand-in with MiniMax's markers as special tokens.
 """

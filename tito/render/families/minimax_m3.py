@@ -15,6 +15,10 @@
 - Later system messages are not rendered upstream (they would vanish): appends are ``tool``,
   ``user``, ``assistant``.
 - Calls: ``]<]minimax[>[<tool_call>`` … every tag prefixed (:mod:`tito.parse.minimax_m3`).
+  Format limits: a string argument that reads as a number or a boolean comes back as one,
+  an empty object or array as ``""``, ``None`` values are not rendered.
+- Verified in the three modes (the matrix shows enabled/disabled; ``adaptive`` with
+  ``--kwargs '{"thinking_mode": "adaptive"}'``).
 - Tokenizer: not available offline: a stand-in with M3's markers as special tokens.
 """
 
