@@ -8,7 +8,8 @@
 - Thinking: ``thinking_mode`` takes ``enabled`` / ``disabled`` / ``adaptive`` (the default:
   no prompt prefix, the model opens ``<mm:think>`` or answers after ``</mm:think>``). The
   API switches (a boolean: ``reasoning_effort``, Anthropic ``thinking``, or
-  ``chat_template_kwargs`` ``thinking_mode: true/false``) map to ``enabled`` / ``disabled``.
+  ``chat_template_kwargs`` ``thinking_mode: true/false``) map to ``enabled`` / ``disabled``
+  (Anthropic's ``adaptive`` type too is "on": send no switch for the adaptive default).
   The mode is written into the system message: a session that switches it between turns
   keeps the system text of its first turn.
 - Junction: the model stops at ``[e~[``; the render continues with ``\\n``.
