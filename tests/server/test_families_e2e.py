@@ -255,7 +255,8 @@ def test_chat_reasoning_effort_none_switches_thinking_off(stack: tuple[str, Proc
                                                          ) -> None:
     family, engine, gateway = stack
     if family not in OFF_PROMPT:
-        pytest.skip(f"{family} has no thinking switch here")
+        pytest.skip(f"{family}: the thinking-off prompt is checked here for the families "
+                    "of OFF_PROMPT")
     sid, client = _session(gateway.url)
     r = client.chat.completions.create(model="m", reasoning_effort="none", messages=[
         {"role": "user", "content": "THINK never shown\nSAY Plain."}])
