@@ -44,6 +44,9 @@ MALFORMED = {
     "llama3": '{"name": "f", "parameters": {"a": }',
     "gpt_oss": "<|channel|>analysis<|message|>r<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{broken",
     "mistral": '[TOOL_CALLS][{"name": "f", "arguments": {oops}]',
+    "qwen38": "r\n</think>\n\n<tool_call>\n<function=f>\nno parameters here\n</function>\n</tool_call>",
+    "qwen36": "r\n</think>\n\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\nstray\n</function>\n</tool_call>",
+    "nemotron35": "r</think>\n<tool_call>\n<function=f>\ngarbage\n</function>\n</tool_call>\n",
 }
 
 
@@ -89,7 +92,11 @@ def test_parallel_calls_and_finish_reasons(family: str) -> None:
     assert cut.finish_reason == "length"
 
 
-@pytest.mark.parametrize("family", ["qwen35", "glm47", "deepseek_v4", "nemotron3"])
+@pytest.mark.parametrize("family", ["qwen35", "glm47", "deepseek_v4", "nemotron3",
+                                    "qwen38",
+                                    "qwen36",
+                                    "nemotron35",
+                                    ])
 def test_thinking_opened_by_prompt(family: str) -> None:
     r = get(family)
     tok = r.tokenizer

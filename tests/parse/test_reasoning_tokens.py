@@ -17,7 +17,11 @@ from tito.types.tokenizer import load_tokenizer
 _CACHE: dict[str, TemplateRenderer] = {}
 FIXTURES = {"qwen3": "qwen3"}
 FAMILIES = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v31",
-            "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "gpt_oss"]
+            "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "gpt_oss",
+            "qwen38",
+            "qwen36",
+            "nemotron35",
+            ]
 SLOW = ("qwen35", "gpt_oss")  # the two long templates: about a second each
 END = {"gpt_oss": "<|end|>"}
 REASONING, ANSWER = "think hard about it", "The answer is 42."

@@ -1,7 +1,10 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
 and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
-tokenizer (the real one is not available offline)."""
+tokenizer (the real one is not available offline). The families of ``API_FAMILIES`` also run
+a session through the Responses API (``reasoning.effort``, ``previous_response_id``) and one
+through Anthropic Messages (``thinking``, tool_use / tool_result, thinking blocks sent
+back)."""
 
 from __future__ import annotations
 
@@ -11,13 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
 from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.render.families import family_module
-from tito.render.families.loaders import write_standin
+from tito.render.families.loaders import load_any, write_standin
 from tito.samples import decode_samples
 
 pytestmark = pytest.mark.slow  # two processes per family
@@ -30,7 +34,13 @@ TOOLS = [
 ]
 STRICT = ("special_token_count", "special_token_type", "non_assistant_text")
 FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
-            "llama3": "llama-3.1", "gpt_oss": "gpt-oss"}
+            "llama3": "llama-3.1", "gpt_oss": "gpt-oss",
+            "qwen38": "qwen3.5",
+            "qwen36": "qwen3.5",
+            "nemotron35": None,
+            }
+API_FAMILIES = {"qwen3", "qwen38", "qwen36", "nemotron35"}
+"""Families also driven through Responses and Messages sessions (qwen3: the reference)."""
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -154,3 +164,87 @@ def test_standin_folder_loads(tmp_path: Path) -> None:
     renderer = build_renderer("glm47", folder)
     assert renderer.tokenizer.encode("<|observation|>") == [
         renderer.tokenizer.require_id("<|observation|>")]
+
+
+def _assert_session_chain(gateway: Proc, engine: Proc, sid: str, turns: int) -> list[Any]:
+    """The engine got ``turns`` prompts, each extending the last; 0 strict mismatches."""
+    health = httpx.get(gateway.url + "/health").json()
+    log = [e for e in httpx.get(engine.url + "/mock/requests").json()
+           if e["rid"].startswith(sid)]
+    assert len(log) == turns
+    trim = health["capabilities"]["max_trailing_trim"]
+    for prev, cur in itertools.pairwise(log):
+        stored = prev["input_ids"] + prev["output_ids"]
+        assert cur["input_ids"][: len(stored) - trim] == stored[: len(stored) - trim]
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    sample = decode_samples(resp.content).samples[0]
+    assert sample.tokens.tolist() == log[-1]["input_ids"] + log[-1]["output_ids"]
+    mismatches = sample.metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], mismatches
+    return log
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"],
+                    "description": t["function"]["description"],
+                    "parameters": t["function"]["parameters"], "strict": False}
+                   for t in TOOLS]
+
+
+def test_responses_session_with_reasoning_effort(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    if family not in API_FAMILIES:
+        pytest.skip(f"{family}: Chat Completions only here")
+    sid, client = _session(gateway.url)
+    effort: Any = {"effort": "low"}
+    first = client.responses.create(
+        model="m", instructions="You are a weather bot.", tools=RESPONSES_TOOLS,
+        reasoning=effort, input='THINK weather first\nCALL get_weather {"city": "Paris"}\n'
+                                'CALL calculator {"expression": "2+2"}')
+    calls = [i for i in first.output if i.type == "function_call"]
+    assert [c.name for c in calls] == ["get_weather", "calculator"]
+    assert any(i.type == "reasoning" for i in first.output)
+    second = client.responses.create(
+        model="m", tools=RESPONSES_TOOLS, reasoning=effort, previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"},
+               {"type": "function_call_output", "call_id": calls[1].call_id,
+                "output": "4\nSAY Sunny; 4."}])
+    assert second.output_text == "Sunny; 4."
+    third = client.responses.create(
+        model="m", tools=RESPONSES_TOOLS, reasoning=effort, previous_response_id=second.id,
+        input="THINK again\nSAY Bye.")
+    assert third.output_text == "Bye." and third.status == "completed"
+    log = _assert_session_chain(gateway, engine, sid, 3)
+    if family == "qwen38":  # reasoning.effort low: the template's low-effort instruction
+        prompt = load_any(tokenizer_dir("qwen3.5")).decode(log[0]["input_ids"])
+        assert prompt.startswith("<|im_start|>system\nReasoning effort is set to low.")
+
+
+def test_messages_session_with_thinking(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    if family not in API_FAMILIES:
+        pytest.skip(f"{family}: Chat Completions only here")
+    sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+    client = anthropic.Anthropic(base_url=f"{gateway.url}/sessions/{sid}", api_key="x",
+                                 max_retries=0)
+    tools: Any = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    history: list[Any] = [{"role": "user", "content":
+                           'THINK which city\nCALL get_weather {"city": "Oslo"}'}]
+    first = client.messages.create(model="m", max_tokens=256, system="You are a weather bot.",
+                                   tools=tools, thinking=thinking, messages=history)
+    assert first.stop_reason == "tool_use"
+    kinds = [b.type for b in first.content]
+    assert kinds[0] == "thinking" and "tool_use" in kinds
+    use = next(b for b in first.content if b.type == "tool_use")
+    assert use.input == {"city": "Oslo"}
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                  for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                              "content": "snow\nSAY Snowing in Oslo."}]}]
+    second = client.messages.create(model="m", max_tokens=256, system="You are a weather bot.",
+                                    tools=tools, thinking=thinking, messages=history)
+    assert second.stop_reason == "end_turn"
+    assert second.content[-1].type == "text" and second.content[-1].text == "Snowing in Oslo."
+    _assert_session_chain(gateway, engine, sid, 2)

@@ -1,15 +1,23 @@
 """``nemotron35``: NVIDIA Nemotron 3.5 Lightning.
 
-- Template: the publisher's (bundled copy of the fixture): ChatML frame, tools as XML in
-  the system turn, Qwen3-Coder XML tool calls, tool results in a ``user`` turn. As
-  published, ``truncate_history_thinking`` (default on) empties the reasoning of assistant
-  turns before the last user message (not append-only): it is pinned off. One correction
-  (marked ``TITO fix``): with thinking on, an assistant turn without reasoning renders
-  ``<think>\n</think>`` (what the model emits after the prompt's ``<think>\n``) instead of
-  ``<think></think>``, which no generation can produce.
-- Junction: ``<|im_end|>`` then ``\\n``. All roles append (system renders in place).
-- Thinking per request (``enable_thinking``): prompt ``<think>\\n`` or ``<think></think>``.
-- Tokenizer: not available offline: a documented stand-in (``tokenizer standin``).
+- Template: the publisher's (bundled copy of ``nemotron-3.5/chat_template.jinja``): ChatML
+  frame, tools as XML in the system turn, Qwen3-Coder XML tool calls, tool results in a
+  ``user`` turn. One correction (marked ``TITO fix``; a test checks it is the only
+  difference): with thinking on, an assistant turn without reasoning renders
+  ``<think>\\n</think>`` (what the model emits after the prompt's ``<think>\\n``) instead of
+  ``<think></think>``, which no generation with thinking on can produce.
+- Pinned: ``truncate_history_thinking=False`` (its default, on, empties the reasoning of
+  assistant turns before the last user message: not append-only).
+- Tolerated: every role appends (a later system message renders in place);
+  ``enable_thinking`` per request (prompt ``<think>\\n``, or ``<think></think>`` when off),
+  from ``chat_template_kwargs``, OpenAI ``reasoning_effort`` / Responses
+  ``reasoning.effort`` (``none``/``minimal``: off) and Anthropic ``thinking``.
+- Refused: ``truncate_history_thinking=true`` (400 ``template_kwarg_conflict``).
+- Junction: ``<|im_end|>`` then ``\\n``. Stop: ``<|im_end|>``.
+- Format limits: booleans and ``null`` arguments render the Python way (``True``,
+  ``None``: the template's ``| string``) and parse back as strings; content trailing
+  whitespace is trimmed.
+- Tokenizer: not available offline: a documented stand-in (``--tokenizer standin``).
 """
 
 from __future__ import annotations

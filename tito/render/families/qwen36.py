@@ -1,15 +1,22 @@
 """``qwen36``: Qwen3.6 (248k vocabulary, Qwen3-Coder XML tool calls).
 
-- Template: the publisher's, unchanged (bundled copy of the fixture). As published it drops
-  the reasoning of assistant turns before the last user query (not append-only):
-  ``preserve_thinking=True`` is pinned, which keeps every history think block. It raises on a
-  system message after the first one (appends: ``tool``, ``user``, ``assistant``; a system
-  append is a 400 naming the family) and requires a user query (dummy user in the bridge
-  base).
-- Junction: ``<|im_end|>`` then ``\\n``. Thinking per request (``enable_thinking``); the
-  generation prompt opens ``<think>\\n`` (``<think>\\n\\n</think>\\n\\n`` when off).
-- Tokenizer: the Qwen3.5/3.6 one (``qwen3.5/``); ``--tokenizer standin`` builds a stand-in
-  with the Qwen special tokens.
+- Template: the publisher's, unchanged (bundled copy of
+  ``qwen3.8/chat_template_qwen3.6.jinja``; a test checks they are equal). As published it
+  drops the reasoning of assistant turns before the last user query: not append-only.
+- Pinned: ``preserve_thinking=True`` (every history turn keeps its think block).
+- Tolerated: ``enable_thinking`` per request (prompt ``<think>\\n``, or
+  ``<think>\\n\\n</think>\\n\\n`` when off), from ``chat_template_kwargs``, OpenAI
+  ``reasoning_effort`` / Responses ``reasoning.effort`` (``none``/``minimal``: off) and
+  Anthropic ``thinking``.
+- Refused: a system message after the first (the template raises): appends are ``tool``,
+  ``user``, ``assistant``, a system append is a 400 naming the family;
+  ``preserve_thinking=false`` (400 ``template_kwarg_conflict``). It requires a user query:
+  the bridge base carries a dummy user.
+- Junction: ``<|im_end|>`` then ``\\n``. Stops: ``<|im_end|>``, ``<|endoftext|>``.
+- Format limits: as ``qwen38`` (content trailing whitespace trimmed; JSON-looking string
+  arguments parse as JSON).
+- Tokenizer: real, the Qwen3.5/3.6 one (``qwen3.5/``); ``--tokenizer standin`` builds a
+  stand-in with the Qwen special tokens.
 """
 
 from __future__ import annotations

@@ -1,21 +1,27 @@
 """``qwen38``: Qwen3.8 (248k vocabulary, Qwen3-Coder XML tool calls).
 
-- Template: the publisher's, unchanged (bundled copy of the fixture). It keeps every history
-  think block by default: ``preserve_thinking=True`` is pinned so no request can turn that
-  off (``False`` drops old reasoning: not append-only). It raises on a system message after
-  the first one, so the family appends only ``tool``, ``user`` and ``assistant`` (a system
-  append is a 400 naming the family); it requires a user query (the bridge base carries a
-  dummy user).
-- Junction: ``<|im_end|>`` then ``\\n``. Thinking per request (``enable_thinking``); the
-  generation prompt opens ``<think>\\n`` (``<think>\\n\\n</think>\\n\\n`` when off).
-- Effort: the template's ``reasoning_effort`` (``xhigh`` default, ``medium``, ``low``; any
-  other value is a 400) adds a fixed instruction to the system turn. OpenAI's
-  ``reasoning_effort`` / Responses ``reasoning.effort`` map onto it (``low`` -> ``low``,
-  ``medium`` -> ``medium``, ``high``/``xhigh`` -> ``xhigh``; ``none``/``minimal`` switch
-  thinking off); Anthropic ``thinking`` switches ``enable_thinking``. Keep one effort per
-  session: the instruction is part of the first turn.
-- Tokenizer: the Qwen3.5/3.6 one (``qwen3.5/``: ``qwen3_6.tiktoken`` + ``special_tokens.json``,
-  same vocabulary); ``--tokenizer standin`` builds a stand-in with the Qwen special tokens.
+- Template: the publisher's, unchanged (bundled copy of ``qwen3.8/chat_template.jinja``;
+  a test checks they are equal). Append-only with its defaults.
+- Pinned: ``preserve_thinking=True`` (its default: every history turn keeps its think
+  block; ``False`` drops old reasoning, not append-only).
+- Tolerated: ``enable_thinking`` per request (prompt ``<think>\\n``, or
+  ``<think>\\n\\n</think>\\n\\n`` when off); ``reasoning_effort`` (``xhigh`` default,
+  ``medium``, ``low``) adds a fixed instruction to the system turn (none for ``medium`` or
+  with thinking off). OpenAI ``reasoning_effort`` / Responses ``reasoning.effort`` map onto
+  it: ``low`` -> ``low``, ``medium`` -> ``medium``, ``high``/``xhigh`` -> ``xhigh``,
+  ``none``/``minimal`` switch thinking off; Anthropic ``thinking`` switches
+  ``enable_thinking``. Keep one effort per session (the instruction is in the first turn).
+- Refused: a system message after the first (the template raises): appends are ``tool``,
+  ``user``, ``assistant``, a system append is a 400 naming the family; ``chat_template_kwargs``
+  ``preserve_thinking=false`` (400 ``template_kwarg_conflict``); a ``reasoning_effort`` the
+  template does not know (400). It requires a user query: the bridge base carries a dummy
+  user.
+- Junction: ``<|im_end|>`` then ``\\n``. Stops: ``<|im_end|>``, ``<|endoftext|>``.
+- Format limits: trailing whitespace of the content is trimmed; a string argument that reads
+  as JSON (``true``, ``3``) parses back as that JSON value.
+- Tokenizer: real, the Qwen3.5/3.6 one (``qwen3.5/``: ``qwen3_6.tiktoken`` +
+  ``special_tokens.json``, the same vocabulary); ``--tokenizer standin`` builds a stand-in
+  with the Qwen special tokens.
 """
 
 from __future__ import annotations
