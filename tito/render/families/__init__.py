@@ -2,8 +2,9 @@
 
 Each module exposes ``build(tokenizer, template) -> TemplateRenderer`` and ``FIXTURE`` (the
 fixture tokenizer folder it is verified with, or None). Families whose tokenizer is not
-available offline also expose ``STANDIN`` (their special tokens) and ``STANDIN_EOS``: pass
-``"standin"`` as the tokenizer to build them over a documented stand-in tokenizer.
+available offline (and a few with one, e.g. ``qwen38``) also expose ``STANDIN`` (their special
+tokens) and ``STANDIN_EOS``: pass ``"standin"`` as the tokenizer to build them over a
+documented stand-in tokenizer.
 """
 
 from __future__ import annotations
