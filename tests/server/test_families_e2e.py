@@ -1,10 +1,10 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
-and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
-tokenizer (the real one is not available offline). Each family also runs a session through
-the Responses API (``reasoning.effort``, ``previous_response_id``) and one
-through Anthropic Messages (``thinking``, tool_use / tool_result, thinking blocks sent
-back)."""
+and 0 strict mismatches in the collected sample. GLM and Nemotron 3.5 run over their
+documented stand-in tokenizers (the real ones are not available offline); Qwen3.8/3.6 over
+the Qwen3.5 one. Each family also runs a session through the Responses API
+(``reasoning.effort``, ``previous_response_id``) and one through Anthropic Messages
+(``thinking``, tool_use / tool_result, thinking blocks sent back), with the same checks."""
 
 from __future__ import annotations
 
