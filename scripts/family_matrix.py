@@ -32,7 +32,11 @@ ORDER = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v3
          "minimax_m3",
          "gemma4",
          "llama3", "gpt_oss",
-         "mistral", "chatml"]
+         "mistral", "chatml",
+         "qwen38",
+         "qwen36",
+         "nemotron35",
+         ]
 EXTRA_FIXTURES = {"qwen3": "qwen3", "chatml": "smollm2"}
 CHECKS = ("text_prefix", "token_prefix", "parse_round_trip")
 

@@ -47,6 +47,9 @@ MALFORMED = {
     "minimax_m25": 'r\n</think>\n\n<minimax:tool_call>\n<invoke name="f">\nstray text\n</invoke>\n</minimax:tool_call>',
     "minimax_m3": '<mm:think>r</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="f">]<]minimax[>[<a>1]<]minimax[>[</b>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>',
     "gemma4": 'r\n<channel|><|tool_call>call:f{a:<|"|>unterminated}<tool_call|>',
+    "qwen38": "r\n</think>\n\n<tool_call>\n<function=f>\nno parameters here\n</function>\n</tool_call>",
+    "qwen36": "r\n</think>\n\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\nstray\n</function>\n</tool_call>",
+    "nemotron35": "r</think>\n<tool_call>\n<function=f>\ngarbage\n</function>\n</tool_call>\n",
 }
 
 
@@ -92,7 +95,11 @@ def test_parallel_calls_and_finish_reasons(family: str) -> None:
     assert cut.finish_reason == "length"
 
 
-@pytest.mark.parametrize("family", ["qwen35", "glm47", "deepseek_v4", "nemotron3"])
+@pytest.mark.parametrize("family", ["qwen35", "glm47", "deepseek_v4", "nemotron3",
+                                    "qwen38",
+                                    "qwen36",
+                                    "nemotron35",
+                                    ])
 def test_thinking_opened_by_prompt(family: str) -> None:
     r = get(family)
     tok = r.tokenizer

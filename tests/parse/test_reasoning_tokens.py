@@ -20,7 +20,11 @@ FAMILIES = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek
             "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "gpt_oss",
             "minimax_m25",
             "minimax_m3",
-            "gemma4"]
+            "gemma4",
+            "qwen38",
+            "qwen36",
+            "nemotron35",
+            ]
 SLOW = ("qwen35", "gpt_oss")  # the two long templates: about a second each
 END = {"gpt_oss": "<|end|>", "minimax_m3": "</mm:think>", "gemma4": "<channel|>"}
 REASONING, ANSWER = "think hard about it", "The answer is 42."

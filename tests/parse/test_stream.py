@@ -4,6 +4,7 @@ add up to exactly the completion parsed whole."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -64,3 +65,40 @@ def test_a_reinterpreted_field_is_not_continued(qwen3: TemplateRenderer) -> None
     assert stream.update([1]).content == "streamed so far"
     rest = stream.finish(ParsedCompletion(content="something else"))
     assert rest.content == "" and stream.diverged == ["content"]
+
+
+FAMILY_TOKENIZERS: dict[str, str | None] = {
+    "qwen38": "qwen3.5",
+    "qwen36": "qwen3.5",
+    "nemotron35": None,  # stand-in
+}
+MARKERS = ("<think", "</think", "<tool_call", "</tool_call", "<function=", "<parameter=",
+           "<|im_end|>")
+
+
+def _call(cid: str, city: str) -> dict[str, Any]:
+    return {"id": cid, "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TOKENIZERS))
+def test_family_markers_are_held_back(family: str) -> None:
+    """A completion with reasoning, text and two XML calls, streamed id by id over the
+    family's parser: no marker (or a piece of one) ever reaches a delta."""
+    folder = FAMILY_TOKENIZERS[family]
+    renderer = build_renderer(family, tokenizer_dir(folder) if folder else "standin")
+    message = {"role": "assistant", "content": "Checking a < b for 東京.",
+               "reasoning_content": "Two cities: 6 × 7 calls? No, two.",
+               "tool_calls": [_call("call_a", "Zürich"), _call("call_b", "東京")]}
+    ids = renderer.render_completion(message, template_kwargs={"enable_thinking": True})
+    deltas, stream, final = stream_all(renderer, ids)
+    assert not stream.diverged
+    assert final.reasoning_content == message["reasoning_content"]
+    assert final.content == message["content"] and len(final.tool_calls) == 2
+    assert "".join(d.content for d in deltas) == final.content
+    assert "".join(d.reasoning for d in deltas) == final.reasoning_content
+    assert [c for d in deltas for c in d.calls] == final.tool_calls
+    for d in deltas[:-1]:
+        text = d.content + d.reasoning
+        assert not any(m in text for m in MARKERS) and "\ufffd" not in text, d
+    assert any(d.calls for d in deltas[:-1])

@@ -36,7 +36,9 @@ def get(family: str) -> TemplateRenderer:
     return _CACHE[family]
 
 
-SLOW_TO_VERIFY = {"qwen35", "gpt_oss", "mistral"}
+SLOW_TO_VERIFY = {"qwen35", "gpt_oss", "mistral",
+                  "qwen38", "qwen36",  # fast over their stand-in: test_families_qwen38_nemotron35
+                  }
 """About a second each (long templates): verified in the slow tier."""
 
 
@@ -104,7 +106,11 @@ def test_gpt_oss_return_becomes_end_in_history() -> None:
                                              ("deepseek_v4", ""),
                                              ("minimax_m25", "\n"),
                                              ("minimax_m3", "\n"),
-                                             ("gemma4", "\n")])
+                                             ("gemma4", "\n"),
+                                             ("qwen38", "\n"),
+                                             ("qwen36", "\n"),
+                                             ("nemotron35", "\n"),
+                                             ])
 def test_junction_and_cut_turns(family: str, junction: str) -> None:
     plain = {"role": "assistant", "content": "Hello there"}
     drop, text, _ = _bridge_text(family, plain, [{"role": "user", "content": "next"}])
@@ -118,7 +124,10 @@ def test_junction_and_cut_turns(family: str, junction: str) -> None:
 @pytest.mark.parametrize("family", ["qwen35", "deepseek_v31", "deepseek_v32", "deepseek_v4",
                                     "minimax_m2",
                                     "minimax_m25",
-                                    "minimax_m3"])
+                                    "minimax_m3",
+                                    "qwen38",
+                                    "qwen36",
+                                    ])
 def test_system_append_is_rejected_naming_family_and_role(family: str) -> None:
     r = get(family)
     assert "system" not in r.allowed_append_roles

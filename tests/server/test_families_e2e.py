@@ -1,9 +1,11 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
-and 0 strict mismatches in the collected sample. GLM, MiniMax and Gemma run over their
-documented stand-in tokenizers (the real ones are not available offline); the families of
-``THREE_APIS`` also run sessions through the Responses and Messages APIs (real openai and
-anthropic SDKs) with each API's thinking switch."""
+and 0 strict mismatches in the collected sample. GLM, MiniMax, Gemma and Nemotron 3.5 run
+over their documented stand-in tokenizers (the real ones are not available offline);
+Qwen3.8/3.6 over the Qwen3.5 one. Each family also runs a session through the Responses API
+(``reasoning.effort``, ``previous_response_id``) and one through Anthropic Messages
+(``thinking``, tool_use / tool_result, thinking blocks sent back), with the same checks; the
+families of ``THREE_APIS`` also check each API's thinking switch on the prompt's text."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
 from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
 from tito.render.families import family_module
-from tito.render.families.loaders import write_standin
+from tito.render.families.loaders import load_any, write_standin
 from tito.samples import decode_samples
 
 pytestmark = pytest.mark.slow  # two processes per family
@@ -35,7 +38,11 @@ FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
             "llama3": "llama-3.1", "gpt_oss": "gpt-oss",
             "minimax_m25": None,
             "minimax_m3": None,
-            "gemma4": None}
+            "gemma4": None,
+            "qwen38": "qwen3.5",
+            "qwen36": "qwen3.5",
+            "nemotron35": None,
+            }
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -200,9 +207,13 @@ def _prompt_text(family: str, ids: list[int]) -> str:
     from tito.render import build_renderer
 
     return build_renderer(family, "standin").tokenizer.decode(ids)
+RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"],
+                    "description": t["function"]["description"],
+                    "parameters": t["function"]["parameters"], "strict": False}
+                   for t in TOOLS]
 
 
-def test_responses_session_with_reasoning_effort(stack: tuple[str, Proc, Proc]) -> None:
+def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
     if family not in THREE_APIS:
         pytest.skip(f"{family}: Responses sessions are covered in tests/server/responses")
@@ -264,3 +275,58 @@ def test_chat_reasoning_effort_none_switches_thinking_off(stack: tuple[str, Proc
     assert not getattr(r.choices[0].message, "reasoning_content", None)
     log = _chain_holds(engine, gateway, sid, 1)
     assert _prompt_text(family, log[0]["input_ids"]).endswith(OFF_PROMPT[family])
+    sid, client = _session(gateway.url)
+    effort: Any = {"effort": "low"}
+    first = client.responses.create(
+        model="m", instructions="You are a weather bot.", tools=RESPONSES_TOOLS,
+        reasoning=effort, input='THINK weather first\nCALL get_weather {"city": "Paris"}\n'
+                                'CALL calculator {"expression": "2+2"}')
+    calls = [i for i in first.output if i.type == "function_call"]
+    names = ["get_weather"] if family == "gpt_oss" else ["get_weather", "calculator"]
+    assert [c.name for c in calls] == names  # harmony stops at the first <|call|>
+    reasoning = httpx.get(gateway.url + "/health").json()["capabilities"]["reasoning"]
+    assert any(i.type == "reasoning" for i in first.output) is reasoning
+    outputs = ["sunny", "4"][: len(calls)]
+    outputs[-1] += "\nSAY Sunny; 4."
+    second = client.responses.create(
+        model="m", tools=RESPONSES_TOOLS, reasoning=effort, previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": c.call_id, "output": out}
+               for c, out in zip(calls, outputs, strict=True)])
+    assert second.output_text == "Sunny; 4."
+    third = client.responses.create(
+        model="m", tools=RESPONSES_TOOLS, reasoning=effort, previous_response_id=second.id,
+        input="THINK again\nSAY Bye.")
+    assert third.output_text == "Bye." and third.status == "completed"
+    log = _chain_holds(engine, gateway, sid, 3)
+    if family == "qwen38":  # reasoning.effort low: the template's low-effort instruction
+        prompt = load_any(tokenizer_dir("qwen3.5")).decode(log[0]["input_ids"])
+        assert prompt.startswith("<|im_start|>system\nReasoning effort is set to low.")
+
+
+def test_messages_session_with_thinking(stack: tuple[str, Proc, Proc]) -> None:
+    _family, engine, gateway = stack
+    sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+    client = anthropic.Anthropic(base_url=f"{gateway.url}/sessions/{sid}", api_key="x",
+                                 max_retries=0)
+    tools: Any = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    history: list[Any] = [{"role": "user", "content":
+                           'THINK which city\nCALL get_weather {"city": "Oslo"}'}]
+    first = client.messages.create(model="m", max_tokens=256, system="You are a weather bot.",
+                                   tools=tools, thinking=thinking, messages=history)
+    assert first.stop_reason == "tool_use"
+    kinds = [b.type for b in first.content]
+    reasoning = httpx.get(gateway.url + "/health").json()["capabilities"]["reasoning"]
+    assert (kinds[0] == "thinking") is reasoning and "tool_use" in kinds
+    use = next(b for b in first.content if b.type == "tool_use")
+    assert use.input == {"city": "Oslo"}
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                  for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                              "content": "snow\nSAY Snowing in Oslo."}]}]
+    second = client.messages.create(model="m", max_tokens=256, system="You are a weather bot.",
+                                    tools=tools, thinking=thinking, messages=history)
+    assert second.stop_reason == "end_turn"
+    assert second.content[-1].type == "text" and second.content[-1].text == "Snowing in Oslo."
+    _chain_holds(engine, gateway, sid, 2)

@@ -2,8 +2,9 @@
 
 Each module exposes ``build(tokenizer, template) -> TemplateRenderer`` and ``FIXTURE`` (the
 fixture tokenizer folder it is verified with, or None). Families whose tokenizer is not
-available offline also expose ``STANDIN`` (their special tokens) and ``STANDIN_EOS``: pass
-``"standin"`` as the tokenizer to build them over a documented stand-in tokenizer.
+available offline (and a few with one, e.g. ``qwen38``) also expose ``STANDIN`` (their special
+tokens) and ``STANDIN_EOS``: pass ``"standin"`` as the tokenizer to build them over a
+documented stand-in tokenizer.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ FAMILIES: dict[str, str] = {
     "qwen3_thinking": "qwen3_thinking",
     "qwennext": "qwen3_thinking",
     "qwen35": "qwen35",
+    "qwen36": "qwen36",
+    "qwen38": "qwen38",
     "glm47": "glm47",
     "deepseek_v31": "deepseek_v31",
     "deepseek_v32": "deepseek_v32",
@@ -37,6 +40,7 @@ FAMILIES: dict[str, str] = {
     "minimax_m3": "minimax_m3",
     "gemma4": "gemma4",
     "nemotron3": "nemotron3",
+    "nemotron35": "nemotron35",
     "llama3": "llama3",
     "gpt_oss": "gpt_oss",
     "mistral": "mistral",

@@ -1,4 +1,5 @@
-"""``qwen35``: Qwen3.5 / Qwen3.6 (248k vocabulary, Qwen3-Coder XML tool calls).
+"""``qwen35``: Qwen3.5 (248k vocabulary, Qwen3-Coder XML tool calls; Qwen3.6 with its own
+template: ``qwen36``).
 
 - Template: the publisher's, corrected so ``clear_thinking=False`` (pinned) keeps every
   history think block. The template raises on a system message after the first one, so the

@@ -1,0 +1,50 @@
+"""``nemotron35``: NVIDIA Nemotron 3.5 Lightning.
+
+- Template: the publisher's (bundled copy of ``nemotron-3.5/chat_template.jinja``): ChatML
+  frame, tools as XML in the system turn, Qwen3-Coder XML tool calls, tool results in a
+  ``user`` turn. One correction (marked ``TITO fix``; a test checks it is the only
+  difference): with thinking on, an assistant turn without reasoning renders
+  ``<think>\\n</think>`` (what the model emits after the prompt's ``<think>\\n``) instead of
+  ``<think></think>``, which no generation with thinking on can produce.
+- Pinned: ``truncate_history_thinking=False`` (its default, on, empties the reasoning of
+  assistant turns before the last user message: not append-only).
+- Tolerated: every role appends (a later system message renders in place);
+  ``enable_thinking`` per request (prompt ``<think>\\n``, or ``<think></think>`` when off),
+  from ``chat_template_kwargs``, OpenAI ``reasoning_effort`` / Responses
+  ``reasoning.effort`` (``none``/``minimal``: off) and Anthropic ``thinking``.
+- Refused: ``truncate_history_thinking=true`` (400 ``template_kwarg_conflict``).
+- Junction: ``<|im_end|>`` then ``\\n``. Stop: ``<|im_end|>``.
+- Format limits: booleans and ``null`` arguments render the Python way (``True``,
+  ``None``: the template's ``| string``) and parse back as strings; content trailing
+  whitespace is trimmed.
+- Tokenizer: not available offline: a documented stand-in (``--tokenizer standin``).
+"""
+
+from __future__ import annotations
+
+from tito.parse.xml_coder import XmlCoderParser
+from tito.render.base import FamilySpec, TemplateRenderer
+from tito.render.families import bundled_template
+from tito.types.tokenizer import Tokenizer
+
+FIXTURE = None
+TEMPLATE_FIXTURE = "nemotron-3.5/chat_template.jinja"
+"""The publisher's template the bundled copy follows (tests check the one difference)."""
+STOPS = ("<|im_end|>",)
+STANDIN = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+           "<tool_call>", "</tool_call>")
+STANDIN_EOS = "<|im_end|>"
+
+
+def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+    spec = FamilySpec(
+        name="nemotron35",
+        template=template or bundled_template("nemotron35.jinja"),
+        pinned_kwargs={"truncate_history_thinking": False},
+        assistant_start="<|im_start|>assistant",
+        stop_tokens=STOPS,
+        thinking_kwarg="enable_thinking",
+        turn_openers=("<|im_start|>",),
+    )
+    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
+    return TemplateRenderer(tokenizer, spec, parser)
