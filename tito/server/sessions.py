@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse, Response
 from tito.config import PAUSE_MODES
 from tito.server.api import Api
 from tito.server.api_state import ApiState
+from tito.server.contexts import register_context
 from tito.server.errors import error_response, status_of
 from tito.server.finish import (
     Snapshot,
@@ -212,6 +213,10 @@ def _record_item(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
         "commit_ts": rec.commit_ts,
         **rec.request,
     }
+    if rec.generation_id is not None:
+        item["generation_id"] = rec.generation_id
+    if rec.links is not None:  # X-Miles-Previous-Response-Id, -Retry-Of, -Supersedes
+        item.update(rec.links)
     if include_ids:
         item.update(bridge_ids=rec.bridge_ids, output_ids=rec.output_ids,
                     logprobs=rec.logprobs)
@@ -340,6 +345,7 @@ API = Api(
         ("/sessions/{session_id}", delete_session, ["DELETE"]),
         ("/sessions/{session_id}/samples", samples, ["POST"]),
         ("/sessions/{session_id}/finish", finish_session, ["POST"]),
+        ("/sessions/{session_id}/contexts", register_context, ["POST"]),
         ("/pause", pause, ["POST"]),
         ("/pause_generation", pause, ["POST"]),
         ("/continue", resume, ["POST"]),
