@@ -1,7 +1,8 @@
 """Finish snapshots in the journal: after a restart a sealed snapshot is still there (the
 same id, completeness and reply), admission stays closed, a repeated export answers the
 same bytes and other parameters are still 409; a snapshot sealed but not yet exported is
-rebuilt from the turns committed when it was sealed, and a journal compaction keeps it."""
+rebuilt from the turns committed when it was sealed, and a journal compaction keeps it.
+Generation ids and links are replayed with their turns."""
 
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ async def two_turns(http: httpx.AsyncClient) -> str:
     return sid
 
 
-def restart(make_gateway: Any, gateway: Gateway, tmp_path: Path) -> Gateway:
+def restart(make_gateway: Any, gateway: Gateway, tmp_path: Path, **config: Any) -> Gateway:
     assert gateway.journal is not None
     gateway.journal.close()
-    again: Gateway = make_gateway(journal=str(tmp_path))
+    again: Gateway = make_gateway(journal=str(tmp_path), **config)
     return again
 
 
@@ -98,3 +99,37 @@ async def test_a_sealed_snapshot_is_rebuilt_from_the_turns_before_its_seal(
         assert len(sample) == 1 and sample[0].metadata["num_turns"] == 2
     assert again.journal is not None
     again.journal.close()
+
+
+async def test_generation_links_and_ids_survive_a_restart(make_gateway: Any,
+                                                          tmp_path: Path) -> None:
+    """A replayed turn keeps its generation id and links: a previous response named
+    after the restart is found (v1 and v2), and the links are still in the records."""
+    for version in ("v1", "v2"):
+        gateway: Gateway = make_gateway(journal=str(tmp_path / version),
+                                        session_version=version)
+        main = {"X-Miles-Agent-Run-Id": "main", "X-Miles-Context-Id": "c1"}
+        async with asgi_client(gateway) as http:
+            sid = await new_session(http)
+            first = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                                    json={"messages": HI}, headers=main)
+            gid = first.headers["x-miles-generation-id"]
+            again = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                                    json={"messages": HI},
+                                    headers={**main, "X-Miles-Retry-Of": gid})
+            assert again.status_code == 200, again.text
+        restarted = restart(make_gateway, gateway, tmp_path / version,
+                            session_version=version)
+        async with asgi_client(restarted) as http:
+            records = (await http.get(f"/sessions/{sid}?context=c1")).json()["records"]
+            assert records[-1]["retry_of"] == gid
+            latest = records[-1]["generation_id"]
+            assert latest == again.headers["x-miles-generation-id"]
+            grown = [*HI, again.json()["choices"][0]["message"],
+                     {"role": "user", "content": "more"}]
+            resp = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                                   json={"messages": grown},
+                                   headers={**main, "X-Miles-Previous-Response-Id": latest})
+            assert resp.status_code == 200, resp.text
+        assert restarted.journal is not None
+        restarted.journal.close()
