@@ -204,7 +204,8 @@ async def test_a_derived_context_carries_its_source_in_the_samples(
         lineage = {s.metadata["context_id"]: s.metadata for s in samples}
         assert lineage["main-2"]["derived_from_context_id"] == "main-1"
         assert "derived_from_context_id" not in lineage["main-1"]
-        records = (await http.get(f"/sessions/{sid}?context=main-2")).json()["records"]
+        records = (await http.get(f"/sessions/{sid}?context=main-2&include_requests=1")
+                   ).json()["records"]
         assert records[0]["generation_id"] is not None
 
 

@@ -188,6 +188,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
         messages = session.messages
         for item, rec in zip(body["records"], page, strict=True):
             item.update(reference_fields(rec, messages, gateway.model_name, include_ids))
+            item["generation_id"] = rec.generation_id
         body["metadata"]["accumulated_token_ids"] = snapshot_ids(session.records).tolist()
     body["metadata"].update(lifecycle_view(whole))
     if _flag(request, "include_messages"):
@@ -213,8 +214,6 @@ def _record_item(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
         "commit_ts": rec.commit_ts,
         **rec.request,
     }
-    if rec.generation_id is not None:
-        item["generation_id"] = rec.generation_id
     if rec.links is not None:  # X-Miles-Previous-Response-Id, -Retry-Of, -Supersedes
         item.update(rec.links)
     if include_ids:

@@ -248,9 +248,10 @@ class ContextSession:
         created)``. Idempotent: the same identity again changes nothing; another one is
         409 ``context_conflict``, as a header's would be."""
         existing = self.contexts.get(agent.key or "")
+        created = existing is None or not existing.used
         ctx = self._named(agent, None)
         ctx.registered = True
-        return ctx.info, existing is None
+        return ctx.info, created
 
     def _named(self, agent: AgentRef, request: TurnRequest | None) -> AgentContext:
         """The context an agent header names; a new one is checked first: its parent must

@@ -121,7 +121,8 @@ async def test_generation_links_and_ids_survive_a_restart(make_gateway: Any,
         restarted = restart(make_gateway, gateway, tmp_path / version,
                             session_version=version)
         async with asgi_client(restarted) as http:
-            records = (await http.get(f"/sessions/{sid}?context=c1")).json()["records"]
+            records = (await http.get(f"/sessions/{sid}?context=c1&include_requests=1")
+                       ).json()["records"]
             assert records[-1]["retry_of"] == gid
             latest = records[-1]["generation_id"]
             assert latest == again.headers["x-miles-generation-id"]
