@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.inproc import new_session, over_mock_engine
+from helpers.support import Proc, start_gateway
 
 from tito.render.base import TemplateRenderer
 from tito.samples import decode_samples
@@ -229,3 +230,51 @@ async def test_v1_links_stay_in_their_context_path(gateway: Gateway) -> None:
         assert gone.json()["error"]["code"] == "unknown_generation"
 
 
+
+
+@pytest.mark.slow
+def test_an_instrumented_agent_run_against_tito_serve(qwen3_stack: tuple[Proc, Proc],
+                                                      qwen3_dir: Path) -> None:
+    """The reference framework's instrumented flow against real ``tito serve`` processes
+    (v2, the ``exclude_superseded`` postprocessor): register the contexts, generate with
+    identity, idempotency and link headers, finish, export the snapshot, delete."""
+    engine, _ = qwen3_stack
+    server = start_gateway(engine.url, qwen3_dir, "qwen3", "--session-version", "v2",
+                           "--sample-postprocessor",
+                           "tito.samples.superseded:exclude_superseded")
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            sid = http.post("/sessions").json()["session_id"]
+            base = f"/sessions/{sid}"
+            child = {"agent_run_id": "rev", "context_id": "rev-1",
+                     "parent_agent_run_id": "main"}
+            for body in ({"agent_run_id": "main", "context_id": "main-1"}, child):
+                assert http.post(f"{base}/contexts", json=body).status_code == 200
+            rev = {"X-Miles-Agent-Run-Id": "rev", "X-Miles-Context-Id": "rev-1",
+                   "X-Miles-Parent-Agent-Run-Id": "main"}
+            url = f"{base}/v1/chat/completions"
+            body = {"messages": HI, "max_tokens": 8}
+            first = http.post(url, json=body, headers={**MAIN, "X-Miles-Idempotency-Key": "a"})
+            again = http.post(url, json=body, headers={**MAIN, "X-Miles-Idempotency-Key": "a"})
+            assert again.content == first.content  # a delivery retry: the same generation
+            g0 = first.headers["x-miles-generation-id"]
+            side = http.post(url, json=body, headers=rev)
+            assert side.status_code == 200
+            grown = {**body, "messages": [*HI, reply_of(first),
+                                          {"role": "user", "content": "next"}]}
+            assert http.post(url, json=grown, headers={
+                **MAIN, "X-Miles-Previous-Response-Id": g0}).status_code == 200
+            replaced = http.post(url, json=body, headers={**MAIN, "X-Miles-Supersedes": g0})
+            assert replaced.status_code == 200
+            snap = http.post(f"{base}/finish", json={"timeout": 10}).json()
+            assert snap["complete"] is True
+            export = {"snapshot_id": snap["snapshot_id"], "max_seq_len": 4096}
+            payload = http.post(f"{base}/samples", json=export)
+            assert http.post(f"{base}/samples", json=export).content == payload.content
+            decoded = decode_samples(payload.content)
+            assert decoded.session_metadata["selection"]["excluded_generation_ids"] == [g0]
+            contexts = {s.metadata["context_id"] for s in decoded.samples}
+            assert contexts == {"main-1", "rev-1"}
+            assert http.delete(base).status_code == 204
+    finally:
+        server.stop()
