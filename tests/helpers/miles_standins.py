@@ -156,3 +156,42 @@ async def abort(args: Any) -> None:
     """The module's abort hook (the framework calls it with its ``args``)."""
     await asyncio.sleep(0)
     aborts.append(args)
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """The framework's newer instrumented-harness result (its
+    ``miles.rollout.agentic.harness.AgentResult`` fields)."""
+
+    metadata: dict[str, Any] | None
+    producer_finished: bool
+
+
+async def _instrumented(base_url: str, prompt: list[dict[str, Any]],
+                        request_kwargs: dict[str, Any], finished: bool) -> AgentResult:
+    """Registers its context, calls the model with its identity headers (as the
+    framework's ``AgentRun`` / ``GenerationRequest`` do), returns an AgentResult."""
+    context = {"agent_run_id": "main", "context_id": "main-1"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        (await http.post(f"{base_url}/contexts", json=context)).raise_for_status()
+    headers = {"X-Miles-Agent-Run-Id": "main", "X-Miles-Context-Id": "main-1",
+               "X-Miles-Idempotency-Key": "first"}
+    async with _client(base_url) as client:
+        await client.chat.completions.create(model="m", messages=prompt, extra_headers=headers,
+                                             **request_kwargs)
+    return AgentResult({"reward": 1.0, "harness": "instrumented"}, finished)
+
+
+async def instrumented(base_url: str, prompt: list[dict[str, Any]],
+                       request_kwargs: dict[str, Any], metadata: dict[str, Any],
+                       **_: Any) -> AgentResult:
+    _record(base_url, prompt, request_kwargs, metadata)
+    return await _instrumented(base_url, prompt, request_kwargs, True)
+
+
+async def instrumented_unfinished(base_url: str, prompt: list[dict[str, Any]],
+                                  request_kwargs: dict[str, Any], metadata: dict[str, Any],
+                                  **_: Any) -> AgentResult:
+    """Its child work's completion is unknown: ``producer_finished=False``."""
+    _record(base_url, prompt, request_kwargs, metadata)
+    return await _instrumented(base_url, prompt, request_kwargs, False)

@@ -271,6 +271,23 @@ async def test_an_agent_that_raises_gives_an_incomplete_snapshot(
     assert (await asyncio.to_thread(httpx.get, call["base_url"])).status_code == 410
 
 
+async def test_an_instrumented_agent_result_decides_completeness(
+        qwen3_stack: tuple[Proc, Proc]) -> None:
+    """The framework's newer ``AgentResult(metadata, producer_finished)`` from an agent
+    that registers its context and sends identity headers: its metadata is merged, and
+    ``producer_finished=False`` makes the snapshot incomplete (an aborted copy)."""
+    _, gateway = qwen3_stack
+    done = await miles.generate_legacy(args_for(gateway.url, "instrumented"),
+                                       input_sample(), dict(SAMPLING))
+    assert done.status is fw.Sample.Status.COMPLETED and done.metadata["reward"] == 1.0
+    assert done.metadata["harness"] == "instrumented"
+    assert done.metadata["context_id"] == "main-1" and "agent_error" not in done.metadata
+    unfinished = await miles.generate_legacy(args_for(gateway.url, "instrumented_unfinished"),
+                                             input_sample(), dict(SAMPLING))
+    assert unfinished.status is fw.Sample.Status.ABORTED
+    assert unfinished.metadata["aborted_reason"] == "empty: incomplete"
+
+
 async def test_an_agent_that_raises_still_has_its_turns_collected(
         qwen3_stack: tuple[Proc, Proc]) -> None:
     """The samples lifecycle collects the committed turns of an agent that raised."""

@@ -228,6 +228,7 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     if settings.max_seq_len is not None:
         metadata["max_seq_len"] = settings.max_seq_len
     agent_meta: dict[str, Any] = {}
+    finished = False
     try:
         result = await agent(base_url=session.base_url,
                              prompt=prompt_messages(getattr(sample, "prompt", "")),
@@ -242,13 +243,10 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
                     type(exc).__name__, exc, exc_info=True)
         agent_meta["agent_error"] = f"{type(exc).__name__}: {exc}"
     else:
-        if isinstance(result, dict):
-            agent_meta.update(result)
-        elif result is not None:
-            agent_meta["agent_error"] = (f"run_agent returned {type(result).__name__}, "
-                                         "not a dict or None")
+        finished = agent_outcome(result, agent_meta)
     try:
-        decoded = await collect(tracer, session, settings, agent_meta)
+        decoded = await collect(tracer, session, settings, agent_meta,
+                                producer_finished=finished and "agent_error" not in agent_meta)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
         log.warning("[session=%s] collecting failed: %r", session.session_id, exc)
         failed = aborted_copy(sample, f"collect failed: {exc!r}")
@@ -260,16 +258,40 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
     return samples, as_list
 
 
+def agent_outcome(result: Any, agent_meta: dict[str, Any]) -> bool:
+    """What the agent returned, into ``agent_meta``; whether it says it finished its work.
+    A dict (or None) is the older contract: returning asserts every producer was joined.
+    The framework's newer ``AgentResult(metadata=..., producer_finished=...)`` (any object
+    with those two attributes) says it itself (its harness module is not imported)."""
+    if isinstance(result, dict):
+        agent_meta.update(result)
+        return True
+    if result is None:
+        return True
+    if hasattr(result, "producer_finished") and hasattr(result, "metadata"):
+        metadata = result.metadata
+        if isinstance(metadata, dict):
+            agent_meta.update(metadata)
+        elif metadata is not None:
+            agent_meta["agent_error"] = (f"AgentResult.metadata is "
+                                         f"{type(metadata).__name__}, not a dict or None")
+        return result.producer_finished is True
+    agent_meta["agent_error"] = (f"run_agent returned {type(result).__name__}, not a dict, "
+                                 "None or an AgentResult")
+    return True
+
+
 async def collect(tracer: SessionTracer, session: TracedSession, settings: Settings,
-                  agent_meta: dict[str, Any]) -> DecodedSamples:
-    """Collect in the configured lifecycle: ``finish`` (an agent that raised did not
-    finish its work: the snapshot is incomplete) -> samples of its snapshot -> delete, or
-    ``samples`` -> delete. The session is deleted whatever happens."""
+                  agent_meta: dict[str, Any], *, producer_finished: bool = True
+                  ) -> DecodedSamples:
+    """Collect in the configured lifecycle: ``finish`` (an agent that raised, or said it
+    did not finish, leaves an incomplete snapshot) -> samples of its snapshot -> delete,
+    or ``samples`` -> delete. The session is deleted whatever happens."""
     snapshot = None
     if settings.lifecycle == "finish":
         try:
             snapshot = (await tracer.finish(
-                session, producer_finished="agent_error" not in agent_meta,
+                session, producer_finished=producer_finished,
                 timeout=min(settings.timeout, 90.0)))["snapshot_id"]
         except BaseException:
             await tracer.delete(session)

@@ -39,7 +39,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tito.server.agents import agent_ref
+from tito.server.agents import request_refs
 from tito.server.api import route_of
 from tito.server.api_state import ApiState, LastBodies
 from tito.server.errors import status_of
@@ -149,7 +149,7 @@ def turn_endpoint(adapter: TurnAdapter[Any, Any]
 
 async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Request
                      ) -> Response:
-    agent = agent_ref(request.scope["headers"])  # a malformed agent header: 400 first
+    agent, links = request_refs(request.scope["headers"])  # a malformed header: 400 first
     session = gateway.session(request.path_params["session_id"])
     state = ApiState.of(session)
     ctx = TurnContext(gateway, session, state, list(session.messages),
@@ -161,6 +161,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     note_unenforced(gateway.engine, turn.turn, params)
     core = turn.turn
     core.agent = agent
+    core.links = links
     if params.json_schema is not None:  # a side request's sign (design §5.5)
         core.structured = True
     response_id = adapter.id_prefix + os.urandom(16).hex()

@@ -14,6 +14,12 @@ Agent headers, in three families:
   ``x-codex-parent-thread-id`` (a sub-agent's parent thread); its ``session-id`` header
   names the root thread.
 
+Ours and the reference framework's also name the context a new one was derived from
+(``X-Tito-Derived-From-Context-Id``, ``X-Miles-Derived-From-Context-Id``: e.g. a
+compaction; lineage only). Generation links (:func:`turn_links`) name earlier generations:
+``X-Miles-Previous-Response-Id`` (with an explicit agent header), ``X-Miles-Retry-Of`` and
+``X-Miles-Supersedes`` (and ours, ``X-Tito-...``).
+
 Ours and the reference framework's name the same things (both given: they must agree).
 Claude Code's agent id, or a Codex thread with a parent, next to one of them is a
 sub-agent *of* that agent (a harness that names the CLI process, whose sub-agents add
@@ -28,24 +34,34 @@ import re
 from collections.abc import Iterable
 
 from tito.types.errors import BadRequest
-from tito.types.messages import AgentRef
+from tito.types.messages import AgentRef, TurnLinks
 
-FIELDS = ("agent_id", "context_id", "parent_agent_id", "parent_tool_call_id")
+FIELDS = ("agent_id", "context_id", "parent_agent_id", "parent_tool_call_id", "derived_from")
 FAMILIES: dict[str, dict[str, str]] = {
     "tito": {"agent_id": "X-Tito-Agent-Id", "context_id": "X-Tito-Context-Id",
              "parent_agent_id": "X-Tito-Parent-Agent-Id",
-             "parent_tool_call_id": "X-Tito-Parent-Tool-Call-Id"},
+             "parent_tool_call_id": "X-Tito-Parent-Tool-Call-Id",
+             "derived_from": "X-Tito-Derived-From-Context-Id"},
     "miles": {"agent_id": "X-Miles-Agent-Run-Id", "context_id": "X-Miles-Context-Id",
               "parent_agent_id": "X-Miles-Parent-Agent-Run-Id",
-              "parent_tool_call_id": "X-Miles-Parent-Tool-Call-Id"},
+              "parent_tool_call_id": "X-Miles-Parent-Tool-Call-Id",
+              "derived_from": "X-Miles-Derived-From-Context-Id"},
     "claude": {"agent_id": "x-claude-code-agent-id",
                "parent_agent_id": "x-claude-code-parent-agent-id"},
     "codex": {"context_id": "x-codex-window-id", "parent_agent_id": "x-codex-parent-thread-id",
               "root": "session-id"},
 }
+LINKS: dict[str, tuple[str, str]] = {
+    "previous_response_id": ("X-Tito-Previous-Response-Id", "X-Miles-Previous-Response-Id"),
+    "retry_of": ("X-Tito-Retry-Of", "X-Miles-Retry-Of"),
+    "supersedes": ("X-Tito-Supersedes", "X-Miles-Supersedes"),
+}
+"""Generation links: field -> (our header, the reference framework's)."""
 _HEADERS: dict[bytes, tuple[str, str, str]] = {
     name.lower().encode(): (family, field, name)
     for family, names in FAMILIES.items() for field, name in names.items()}
+_HEADERS.update({name.lower().encode(): ("links", field, name)
+                 for field, names in LINKS.items() for name in names})
 """Lower-case header name -> (family, field, display name)."""
 _PREFIXES = (b"x-", b"se")
 """The first two bytes of every agent header name (a cheap filter on every request;
@@ -57,7 +73,32 @@ MAX_VALUE = 256
 def agent_ref(headers: Iterable[tuple[bytes, bytes]]) -> AgentRef | None:
     """The agent a request's headers name (an ASGI scope's raw ``headers``); None when it
     sends no agent header. BadRequest on a malformed value or a contradiction."""
-    found: dict[str, dict[str, str]] | None = None
+    return request_refs(headers)[0]
+
+
+def request_refs(headers: Iterable[tuple[bytes, bytes]]
+                 ) -> tuple[AgentRef | None, TurnLinks | None]:
+    """The agent and the generation links a request's headers name (each None when it
+    sends none); BadRequest on a malformed value, a contradiction, or a previous response
+    without an explicit agent header (the reference framework's rule)."""
+    found = _read(headers)
+    links = found.pop("links", None)
+    explicit = "tito" in found or "miles" in found
+    agent = None if not found or (list(found) == ["codex"]
+                                  and "context_id" not in found["codex"]) else _combined(found)
+    if links is None:
+        return agent, None
+    if "previous_response_id" in links and (agent is None or not explicit):
+        name = LINKS["previous_response_id"][1]
+        raise BadRequest(f"header {name} needs an explicit agent context: send "
+                         "X-Miles-Agent-Run-Id and X-Miles-Context-Id (or X-Tito-Agent-Id) "
+                         "too", code="invalid_agent_header")
+    return agent, TurnLinks(**links)
+
+
+def _read(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, dict[str, str]]:
+    """The known headers' values by family and field (empty: none)."""
+    found: dict[str, dict[str, str]] = {}
     for raw_name, raw_value in headers:
         if raw_name[:2] not in _PREFIXES:
             continue
@@ -71,11 +112,8 @@ def agent_ref(headers: Iterable[tuple[bytes, bytes]]) -> AgentRef | None:
             raise BadRequest(f"header {name} must be 1 to {MAX_VALUE} printable ASCII "
                              f"characters without spaces (got {len(raw_value)} bytes: "
                              f"{raw_value[:40]!r})", code="invalid_agent_header")
-        found = {} if found is None else found
         found.setdefault(family, {})[field] = raw_value.decode("ascii")
-    if found is None or (list(found) == ["codex"] and "context_id" not in found["codex"]):
-        return None  # no agent header (a bare session-id names nothing)
-    return _combined(found)
+    return found
 
 
 def _combined(found: dict[str, dict[str, str]]) -> AgentRef:
@@ -108,7 +146,8 @@ def _combined(found: dict[str, dict[str, str]]) -> AgentRef:
     return AgentRef(agent_id=named.get("agent_id"), context_id=named.get("context_id"),
                     parent_agent_id=named.get("parent_agent_id"),
                     parent_tool_call_id=named.get("parent_tool_call_id"),
-                    header=FAMILIES[family].get("agent_id") or FAMILIES[family]["context_id"])
+                    header=FAMILIES[family].get("agent_id") or FAMILIES[family]["context_id"],
+                    derived_from=named.get("derived_from"))
 
 
 def _codex(given: dict[str, str]) -> dict[str, str]:

@@ -6,7 +6,10 @@ parameters and gets the same bytes); ``DELETE`` frees the session.
 
 The older lifecycle (``POST /samples`` without a snapshot, then ``DELETE``) stays: it
 collects what is committed at that moment, as before. Snapshots live in memory with their
-session (a restart or a delete forgets them), as in the reference.
+session; with ``--journal`` the seal and the first export's parameters and digest are
+journaled (:mod:`tito.server.journal.frames`), so after a restart the snapshot is rebuilt
+from the replayed turns at the point it was sealed and a repeated export answers the same
+bytes (checked against the digest).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import asyncio
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
+from xxhash import xxh3_128_hexdigest
 
 from tito.server.api_state import ApiState
 from tito.server.http import decode_json
@@ -52,15 +58,34 @@ class Snapshot:
     reply: dict[str, Any]
     export: tuple[tuple[Any, ...], bytes] | None = None
     """The first successful export: its parameters and its bytes."""
+    instance_id: str | None = None
+    """The gateway instance that sealed it (its samples' metadata names it, also when a
+    restarted gateway exports it)."""
+    journaled: tuple[bytes, str] | None = None
+    """The first export's parameters (JSON, its metadata's keys in the order they came)
+    and the digest of its bytes, as the journal keeps them: after a restart the bytes are
+    rebuilt with those very parameters and checked."""
 
 
 @dataclass(slots=True)
 class FinishState:
     """A session's finish: the query it was asked with and the sealing of its snapshot
-    (a task: a client that leaves while it waits does not stop it)."""
+    (a task: a client that leaves while it waits does not stop it; a journal replay
+    gives the sealed snapshot itself)."""
 
     query: FinishQuery
-    sealed: asyncio.Task[Snapshot]
+    sealed: asyncio.Future[Snapshot] | None = None
+    restored: Snapshot | None = None
+
+    def snapshot(self) -> Snapshot | None:
+        """The sealed snapshot (None while the finish still waits, or if sealing failed)."""
+        if self.restored is not None:
+            return self.restored
+        sealed = self.sealed
+        if sealed is None or not sealed.done() or sealed.cancelled() \
+                or sealed.exception() is not None:
+            return None
+        return sealed.result()
 
 
 def finish_query(raw: bytes) -> FinishQuery:
@@ -94,6 +119,9 @@ async def finish(gateway: Gateway, session: Session, query: FinishQuery) -> dict
     else:
         state = FinishState(query, asyncio.ensure_future(_seal(gateway, session, query)))
         ApiState.of(session).finish = state
+    if state.restored is not None:
+        return state.restored.reply
+    assert state.sealed is not None
     return (await asyncio.shield(state.sealed)).reply
 
 
@@ -109,8 +137,65 @@ async def _seal(gateway: Gateway, session: Session, query: FinishQuery) -> Snaps
              "complete": complete, "producer_finished": query.producer_finished,
              "unfinished_requests": unfinished, "failed_requests": 0,
              "num_turns": len(session.records)}
+    snapshot = Snapshot(snapshot_id, complete, unfinished, session.collection(), reply,
+                        instance_id=gateway.instance_id)
+    if gateway.journal is not None:  # after the collection: replay rebuilds it there
+        await gateway.journal.session_event(session.session_id, {
+            "op": "finish", "query": [query.producer_finished, query.timeout],
+            "reply": reply, "instance_id": gateway.instance_id})
     gateway.metrics.inc("sessions_finished_total")
-    return Snapshot(snapshot_id, complete, unfinished, session.collection(), reply)
+    return snapshot
+
+
+def restore_finish(session: Session, header: dict[str, Any]) -> None:
+    """A journal replay's ``finish`` frame: the snapshot sealed from what the session had
+    committed at that point of the journal (the turns replayed so far)."""
+    finished, timeout = header["query"]
+    reply = dict(header["reply"])
+    session.rebuild_snapshot()  # a replay rebuilds the ids once at its end: here too
+    snapshot = Snapshot(str(reply["snapshot_id"]), bool(reply["complete"]),
+                        int(reply.get("unfinished_requests", 0)), session.collection(), reply,
+                        instance_id=header.get("instance_id"))
+    ApiState.of(session).finish = FinishState(FinishQuery(bool(finished), float(timeout)),
+                                              restored=snapshot)
+
+
+def restore_export(session: Session, header: dict[str, Any]) -> None:
+    """A journal replay's ``export`` frame: the first export's parameters and digest."""
+    state = finish_state(session)
+    snapshot = None if state is None else state.snapshot()
+    if snapshot is not None:
+        snapshot.journaled = (str(header["params"]).encode(), str(header["digest"]))
+
+
+def params_json(params: tuple[Any, ...]) -> bytes:
+    """An export's parameters as the journal keeps them."""
+    return orjson.dumps(list(params))
+
+
+def journaled_params(snapshot: Snapshot) -> tuple[Any, ...] | None:
+    """The parameters of the export the journal kept (None: none was)."""
+    if snapshot.journaled is None:
+        return None
+    return tuple(orjson.loads(snapshot.journaled[0]))
+
+
+def export_digest(payload: bytes) -> str:
+    return xxh3_128_hexdigest(payload)
+
+
+def check_rebuilt(snapshot: Snapshot, params: tuple[Any, ...], payload: bytes) -> None:
+    """An export rebuilt after a restart must be the bytes the first one was (else 409
+    ``snapshot_changed``: the gateway now collects differently, e.g. another
+    ``--sample-postprocessor``)."""
+    if snapshot.journaled is None or journaled_params(snapshot) != params:
+        return
+    if snapshot.journaled[1] != export_digest(payload):
+        raise Conflict(f"snapshot {snapshot.snapshot_id} exports other bytes than before "
+                          "the restart (the gateway's collection settings changed: "
+                          "--sample-postprocessor, --sample-picker, replay flags); restart "
+                          "it as it was to export the same samples",
+                          code="snapshot_changed")
 
 
 def _running(session: Session) -> int:
@@ -132,13 +217,13 @@ def snapshot_of(session: Session, snapshot_id: str) -> Snapshot:
     """The sealed snapshot ``snapshot_id`` of ``session`` (404 ``unknown_snapshot``; 409
     ``snapshot_not_sealed`` while its finish still waits)."""
     state = finish_state(session)
-    if state is None or not state.sealed.done() or state.sealed.exception() is not None:
-        if state is not None and not state.sealed.done():
+    snapshot = None if state is None else state.snapshot()
+    if snapshot is None:
+        if state is not None and state.sealed is not None and not state.sealed.done():
             raise Conflict("the session's finish is still waiting for its turns; collect "
                            "once it has answered", code="snapshot_not_sealed")
         raise NotFound(f"session {session.session_id} has no snapshot {snapshot_id!r} "
                        "(POST /sessions/<id>/finish makes one)", code="unknown_snapshot")
-    snapshot = state.sealed.result()
     if snapshot.snapshot_id != snapshot_id:
         raise NotFound(f"session {session.session_id} has no snapshot {snapshot_id!r} "
                        f"(its snapshot is {snapshot.snapshot_id!r})", code="unknown_snapshot")
@@ -149,6 +234,11 @@ def cached_export(snapshot: Snapshot, params: tuple[Any, ...]) -> bytes | None:
     """The snapshot's first export when ``params`` repeat its parameters; None when it has
     none yet; 409 ``export_conflict`` for other parameters."""
     if snapshot.export is None:
+        first_params = journaled_params(snapshot)
+        if first_params is not None and first_params != params:
+            raise Conflict("this snapshot was exported with other parameters (max_seq_len, "
+                           "metadata, include_response); a retry must repeat them",
+                           code="export_conflict")
         return None
     first, payload = snapshot.export
     if first != params:

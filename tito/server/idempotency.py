@@ -23,10 +23,14 @@ from typing import Any
 from starlette.requests import Request
 from xxhash import xxh3_128_intdigest
 
+from tito.server.agents import LINKS
 from tito.types.errors import ErrorKind, TitoError
 
 KEY_HEADERS = (b"idempotency-key", b"x-miles-idempotency-key")
 """The key's headers: ours, and the reference framework's (the same meaning)."""
+LINK_HEADERS = frozenset(name.lower().encode() for names in LINKS.values() for name in names)
+"""Generation links: part of what a retry must repeat (a key reused with other links is
+422 ``idempotency_key_reused``, as with another body)."""
 MAX_ANSWERED = 64
 """Answers a session remembers at most (one per turn it has run at once)."""
 
@@ -53,12 +57,16 @@ class RetryKey:
     def of(cls, request: Request, body: bytes) -> RetryKey:
         key: str | None = None
         count = b"0"
+        links = b""
         for name, value in request.scope["headers"]:  # raw ASGI headers: no Headers object
             if name in KEY_HEADERS and key is None:
                 key = value.decode("latin-1")
             elif name == b"x-stainless-retry-count":
                 count = value.strip()
-        return cls(key, (len(body), request.scope["path"], xxh3_128_intdigest(body)),
+            elif name in LINK_HEADERS:
+                links += b"\n" + name + b":" + value
+        digest = xxh3_128_intdigest(body if not links else body + links)
+        return cls(key, (len(body), request.scope["path"], digest),
                    count.isdigit() and int(count) > 0)
 
     @property

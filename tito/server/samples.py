@@ -9,7 +9,7 @@ meanwhile) is not in the samples, and the session metadata says ``turn_in_progre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tito.samples import encode_samples
@@ -17,6 +17,7 @@ from tito.samples.sample import Sample
 from tito.server.http import check_depth, decode_json
 from tito.session import Session
 from tito.session.collect import Collection, CollectSettings
+from tito.session.metadata import Describer
 from tito.types.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -81,12 +82,15 @@ async def samples_payload(gateway: Gateway, session: Session, max_seq_len: int |
                           metadata: dict[str, Any] | None, *,
                           include_response: bool = True,
                           collection: Collection | None = None,
-                          incomplete: bool = False) -> bytes:
+                          incomplete: bool = False, instance_id: str | None = None) -> bytes:
     """Assemble and encode the session's samples from what is committed (or from
     ``collection``, a finish's snapshot; ``incomplete``: no samples, empty_reason
-    ``incomplete``)."""
+    ``incomplete``; ``instance_id``: the gateway instance that sealed it, before a
+    restart)."""
     settings = collect_settings(gateway, max_seq_len=max_seq_len,
                                 include_response=include_response, agent_metadata=metadata)
+    if instance_id is not None and instance_id != gateway.instance_id:
+        settings = replace(settings, describer=Describer(gateway.renderer, instance_id))
     return await gateway.offload(_encoded, gateway, collection or session.collection(),
                                  settings, incomplete)
 

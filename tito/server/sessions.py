@@ -11,8 +11,19 @@ from starlette.responses import PlainTextResponse, Response
 from tito.config import PAUSE_MODES
 from tito.server.api import Api
 from tito.server.api_state import ApiState
+from tito.server.contexts import register_context
 from tito.server.errors import error_response, status_of
-from tito.server.finish import cached_export, finish, finish_query, snapshot_of
+from tito.server.finish import (
+    Snapshot,
+    cached_export,
+    check_rebuilt,
+    export_digest,
+    finish,
+    finish_query,
+    journaled_params,
+    params_json,
+    snapshot_of,
+)
 from tito.server.gateway import Gateway
 from tito.server.http import int_query, json_response, read_body, read_json
 from tito.server.journal import Journal
@@ -177,6 +188,7 @@ async def get_session(gateway: Gateway, request: Request) -> Response:
         messages = session.messages
         for item, rec in zip(body["records"], page, strict=True):
             item.update(reference_fields(rec, messages, gateway.model_name, include_ids))
+            item["generation_id"] = rec.generation_id
         body["metadata"]["accumulated_token_ids"] = snapshot_ids(session.records).tolist()
     body["metadata"].update(lifecycle_view(whole))
     if _flag(request, "include_messages"):
@@ -202,6 +214,8 @@ def _record_item(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
         "commit_ts": rec.commit_ts,
         **rec.request,
     }
+    if rec.links is not None:  # X-Miles-Previous-Response-Id, -Retry-Of, -Supersedes
+        item.update(rec.links)
     if include_ids:
         item.update(bridge_ids=rec.bridge_ids, output_ids=rec.output_ids,
                     logprobs=rec.logprobs)
@@ -229,14 +243,30 @@ async def samples(gateway: Gateway, request: Request) -> Response:
     params = query.export_params()
     cached = cached_export(snapshot, params)
     if cached is None:
+        params = journaled_params(snapshot) or params  # rebuilt as it was first asked
+        max_seq_len, metadata, include_response = params
         cached = await samples_payload(
-            gateway, session, query.max_seq_len, query.metadata,
-            include_response=query.include_response, collection=snapshot.collection,
-            incomplete=not snapshot.complete)
+            gateway, session, max_seq_len, metadata, include_response=include_response,
+            collection=snapshot.collection, incomplete=not snapshot.complete,
+            instance_id=snapshot.instance_id)
+        check_rebuilt(snapshot, params, cached)
         if snapshot.export is None:  # two first exports at once: the first one is kept
             snapshot.export = (params, cached)
+            await _journal_export(gateway, session, snapshot, params, cached)
         cached = cached_export(snapshot, params) or cached
     return Response(cached, media_type="application/octet-stream")
+
+
+async def _journal_export(gateway: Gateway, session: Session, snapshot: Snapshot,
+                          params: tuple[Any, ...], payload: bytes) -> None:
+    """Journal a snapshot's first export (its parameters and digest, not its bytes: a
+    restart rebuilds them from the replayed turns and checks them)."""
+    if gateway.journal is None or snapshot.journaled is not None:
+        return
+    snapshot.journaled = (params_json(params), export_digest(payload))
+    await gateway.journal.session_event(session.session_id, {
+        "op": "export", "params": snapshot.journaled[0].decode(),
+        "digest": snapshot.journaled[1]})
 
 
 async def finish_session(gateway: Gateway, request: Request) -> Response:
@@ -251,9 +281,8 @@ def lifecycle_view(session: Session) -> dict[str, Any]:
     state = ApiState.of(session)
     view: dict[str, Any] = {} if state.options is None else state.options.view()
     if state.finish is not None:
-        sealed = state.finish.sealed
-        view["finish"] = (sealed.result().reply if sealed.done()
-                          and sealed.exception() is None else {"sealed": False})
+        snapshot = state.finish.snapshot()
+        view["finish"] = {"sealed": False} if snapshot is None else snapshot.reply
     return view
 
 
@@ -315,6 +344,7 @@ API = Api(
         ("/sessions/{session_id}", delete_session, ["DELETE"]),
         ("/sessions/{session_id}/samples", samples, ["POST"]),
         ("/sessions/{session_id}/finish", finish_session, ["POST"]),
+        ("/sessions/{session_id}/contexts", register_context, ["POST"]),
         ("/pause", pause, ["POST"]),
         ("/pause_generation", pause, ["POST"]),
         ("/continue", resume, ["POST"]),

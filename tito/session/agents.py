@@ -49,17 +49,26 @@ class ContextInfo:
     parent_agent_id: str | None = None
     parent_tool_call_id: str | None = None
     source: str = "header"
+    derived_from: str | None = None
+    """The context it was derived from (``X-Miles-Derived-From-Context-Id``, e.g. a
+    compaction of it): lineage only, its tokens are its own."""
 
     def lineage(self) -> dict[str, Any]:
         """What each of its samples says of it (design §6.1)."""
-        return {"agent_id": self.agent_id, "context_id": self.id,
-                "parent_agent_id": self.parent_agent_id,
-                "parent_tool_call_id": self.parent_tool_call_id, "role": self.role}
+        lineage = {"agent_id": self.agent_id, "context_id": self.id,
+                   "parent_agent_id": self.parent_agent_id,
+                   "parent_tool_call_id": self.parent_tool_call_id, "role": self.role}
+        if self.derived_from is not None:  # only when named: older payloads unchanged
+            lineage["derived_from_context_id"] = self.derived_from
+        return lineage
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "agent_id": self.agent_id, "role": self.role,
+        data = {"id": self.id, "agent_id": self.agent_id, "role": self.role,
                 "parent_agent_id": self.parent_agent_id,
                 "parent_tool_call_id": self.parent_tool_call_id, "source": self.source}
+        if self.derived_from is not None:
+            data["derived_from"] = self.derived_from
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ContextInfo:
@@ -67,7 +76,8 @@ class ContextInfo:
                    role=str(data.get("role") or "subagent"),
                    parent_agent_id=data.get("parent_agent_id"),
                    parent_tool_call_id=data.get("parent_tool_call_id"),
-                   source=str(data.get("source") or "header"))
+                   source=str(data.get("source") or "header"),
+                   derived_from=data.get("derived_from"))
 
 
 MAIN_INFO = ContextInfo(MAIN, MAIN, "main", source="default")

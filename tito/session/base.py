@@ -23,11 +23,12 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tito.render.base import TemplateRenderer
+from tito.session.agents import ContextInfo
 from tito.session.collect import Collection
 from tito.session.matchers import Matcher
 from tito.session.turns import TurnCommit, TurnPlan, build_commit, exact_matches
 from tito.types.engine import CheckedOutput, GenerateResult
-from tito.types.messages import Message, TurnRequest
+from tito.types.messages import AgentRef, Message, TurnRequest
 from tito.types.records import TurnRecord
 
 
@@ -120,6 +121,11 @@ class Session(TurnSession, Protocol):
 
     def agent_context(self, context_id: str) -> TurnSession:
         """One of its agent contexts, by id (400 ``unknown_context`` when it has none)."""
+        ...
+
+    def register(self, agent: AgentRef) -> tuple[ContextInfo, bool]:
+        """Create the agent context ``agent`` names before its first turn (idempotent):
+        its identity and whether it was created."""
         ...
 
 

@@ -42,6 +42,7 @@ from tito.session.agents import (
 )
 from tito.session.base import StoredBytes, TurnSession
 from tito.session.collect import Collection, ContextsCollection
+from tito.session.links import check_links
 from tito.session.matchers import Matcher
 from tito.session.turns import TurnCommit, TurnPlan
 from tito.types.engine import CheckedOutput, GenerateResult
@@ -68,6 +69,8 @@ class AgentContext:
     """A committed turn declared tools."""
     openings: list[Message] = field(default_factory=list)
     """The opening messages of its first turns (v1: the path's; v2: its roots')."""
+    registered: bool = False
+    """Created by ``POST /sessions/<id>/contexts`` (it exists before its first turn)."""
 
     def opens(self, message: Message | None, matcher: Matcher) -> bool:
         """Whether a request opening with ``message`` continues this conversation."""
@@ -80,7 +83,7 @@ class AgentContext:
 
     @property
     def used(self) -> bool:
-        return self.turns > 0 or self.claims > 0
+        return self.turns > 0 or self.claims > 0 or self.registered
 
 
 class ContextSession:
@@ -180,6 +183,10 @@ class ContextSession:
         there; a refusal leaves the session as it was."""
         ctx = self._route(request)
         try:
+            if request.links is not None:
+                check_links(request, (ctx.info.id, ctx.session),
+                            ((c.info.id, c.session) for c in self.contexts.values()
+                             if c is not ctx), self.matcher)
             ctx.session.begin(request)
         except Conflict as exc:
             self._forget_unused(ctx)
@@ -235,9 +242,20 @@ class ContextSession:
         return self._create(ContextInfo(self._fresh_id("side"), "", "side",
                                         self.primary().info.agent_id, None, "side"))
 
-    def _named(self, agent: AgentRef, request: TurnRequest) -> AgentContext:
+    def register(self, agent: AgentRef) -> tuple[ContextInfo, bool]:
+        """``POST /sessions/<id>/contexts``: the context ``agent`` names, created now
+        (before its first turn) unless it exists; ``(its identity, whether it was
+        created)``. Idempotent: the same identity again changes nothing; another one is
+        409 ``context_conflict``, as a header's would be."""
+        existing = self.contexts.get(agent.key or "")
+        created = existing is None or not existing.used
+        ctx = self._named(agent, None)
+        ctx.registered = True
+        return ctx.info, created
+
+    def _named(self, agent: AgentRef, request: TurnRequest | None) -> AgentContext:
         """The context an agent header names; a new one is checked first: its parent must
-        be an agent of this session."""
+        be an agent of this session (``request`` None: a registration, no turn)."""
         key = agent.key
         if key is None:
             raise BadRequest(f"{agent.header or 'the agent headers'} name a parent but no "
@@ -247,18 +265,35 @@ class ContextSession:
             self._check_identity(ctx, agent)
             return ctx
         agent_id = agent.agent_id or key
+        self._check_source(agent, agent_id, key)
         sibling = next((c for c in self.contexts.values() if c.info.agent_id == agent_id
                         and c.used), None)
         if sibling is not None:  # another context of a known agent (e.g. after compaction)
-            self._check_identity(sibling, agent)
-            return self._create(replace(sibling.info, id=key, source="header"))
+            self._check_identity(sibling, agent, derived=False)
+            return self._create(replace(sibling.info, id=key, source="header",
+                                        derived_from=agent.derived_from))
         parent = self._parent(agent, agent_id)
         tool = agent.parent_tool_call_id
-        if tool is None and parent is not None:
+        if tool is None and parent is not None and request is not None:
             tool = spawning_call(_last_call(parent), opening(request.messages))
         return self._create(ContextInfo(
             key, agent_id, "main" if parent is None else "subagent",
-            None if parent is None else parent.info.agent_id, tool, "header"))
+            None if parent is None else parent.info.agent_id, tool, "header",
+            agent.derived_from))
+
+    def _check_source(self, agent: AgentRef, agent_id: str, key: str) -> None:
+        """A context derives from one of its own agent's (a known context of another agent
+        is 409 ``context_conflict``; an unknown one is lineage only, as the reference
+        framework's merged contract has it: no order of registration)."""
+        source = agent.derived_from
+        if source is None:
+            return
+        known = self.contexts.get(source)
+        if source == key or (known is not None and known.used
+                             and known.info.agent_id != agent_id):
+            raise Conflict(f"agent context {key!r} cannot derive from context {source!r}: "
+                           "a context derives from an earlier context of its own agent "
+                           f"({agent_id!r})", code="context_conflict")
 
     def _parent(self, agent: AgentRef, agent_id: str) -> AgentContext | None:
         """The parent of a new named agent: the one its header names, else the main
@@ -282,11 +317,13 @@ class ContextSession:
                 "this session first", code="unknown_parent_agent")
         return parent
 
-    def _check_identity(self, ctx: AgentContext, agent: AgentRef) -> None:
+    def _check_identity(self, ctx: AgentContext, agent: AgentRef, *,
+                        derived: bool = True) -> None:
         info = ctx.info
         changed = [name for name, given, kept in (
             ("agent id", agent.agent_id, info.agent_id),
-            ("parent agent id", agent.parent_agent_id, info.parent_agent_id))
+            ("parent agent id", agent.parent_agent_id, info.parent_agent_id),
+            ("source context", agent.derived_from if derived else None, info.derived_from))
             if given is not None and given != kept]
         if changed:
             raise Conflict(f"agent context {info.id!r} of session {self.session_id} has "

@@ -225,6 +225,14 @@ class LinearSession(SessionBase):
         self._view_ids()
 
     # -- views ---------------------------------------------------------------------------
+    def response_messages(self, response_id: str) -> list[Message] | None:
+        """The path's messages up to the reply of the turn ``response_id`` names, when it
+        is on the path."""
+        for k in range(len(self.records) - 1, -1, -1):
+            if self.records[k].generation_id == response_id:
+                return self.messages[: self.checkpoint_ends[k]]
+        return None
+
     @property
     def num_tokens(self) -> int:
         return len(self.snapshot)

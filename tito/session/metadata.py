@@ -90,7 +90,7 @@ def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
                    "num_tokens": n.record.checkpoint_len,
                    "rewrote": n.record.request.get("rewrote", []), "finish_reason":
                    n.record.finish_reason, "committed_at": n.record.commit_ts,
-                   "response_id": n.response_id}
+                   "response_id": n.response_id, **(n.record.links or {})}
                   for n in nodes],
         "leaves": [{"node_id": leaf.id, "path_node_ids": [p.id for p in path_of(nodes, leaf.id)]}
                    for leaf in leaves_of(nodes)],

@@ -26,6 +26,7 @@ from tito.render.base import TemplateRenderer
 from tito.session.base import SessionBase, StoredBytes
 from tito.session.collect import TreeCollection
 from tito.session.idbuffer import IdBuffer
+from tito.session.links import pinned_parent
 from tito.session.matchers import Matcher
 from tito.session.metadata import tree_view
 from tito.session.nodes import Node, leaves_of, path_messages, path_of
@@ -157,9 +158,7 @@ class TreeSession(SessionBase):
         if not messages:
             raise BadRequest("messages must contain at least one message")
         nodes = self.nodes[:]  # commits append on the loop meanwhile: read a stable list
-        parent, covered = attach_point(nodes, messages, self.matcher, exact=self._exact)
-        if parent is not None and self._render_change(nodes, parent, request) is not None:
-            parent, covered = None, 0  # other tools or options: a new root
+        parent, covered = self._parent_of(nodes, request)
         rolled_back = self._abandoned(nodes, parent)
         plan = self._plan_at(nodes, parent, covered, request, rolled_back)
         if rolled_back:
@@ -176,6 +175,24 @@ class TreeSession(SessionBase):
         if parent is not None:
             plan.rewrote = self._rewritten(nodes, parent, covered, messages) or None
         return plan
+
+    def _parent_of(self, nodes: list[Node], request: TurnRequest) -> tuple[int | None, int]:
+        """Where a request attaches: the previous response it names (checked when it was
+        claimed, :mod:`tito.session.links`), else the deepest match — a new root when the
+        request changes the render options of that match's path."""
+        pinned = pinned_parent(nodes, request)
+        if pinned is not None:
+            change = self._render_change(nodes, pinned[0], request)
+            if change is not None:
+                raise BadRequest(f"the request changes {change} of the previous response "
+                                 "it names; start a new agent context for that",
+                                 code="render_changed")
+            return pinned
+        parent, covered = attach_point(nodes, request.messages, self.matcher,
+                                       exact=self._exact)
+        if parent is not None and self._render_change(nodes, parent, request) is not None:
+            return None, 0  # other tools or options: a new root
+        return parent, covered
 
     def _rewritten(self, nodes: list[Node], parent: int, covered: int,
                    messages: list[Message]) -> list[int]:

@@ -238,6 +238,8 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
             [s.version, s.start, s.end] for s in result.weight_versions],
         finish_message=result.finish_message if result.finish_reason == "abort" else None,
         request=request_facts,
+        generation_id=plan.response_id,
+        links=None if plan.request.links is None else plan.request.links.to_json() or None,
     )
     return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,
                       plan.request.tools, record, plan.parent, plan.response_id,

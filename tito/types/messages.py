@@ -28,11 +28,32 @@ class AgentRef:
     parent_tool_call_id: str | None = None
     header: str = ""
     """The header the agent id came from (for error messages)."""
+    derived_from: str | None = None
+    """The context this one was derived from (e.g. a compaction of it): lineage only."""
 
     @property
     def key(self) -> str | None:
         """The context it names: its context id, else its agent id."""
         return self.context_id or self.agent_id
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLinks:
+    """How a turn relates to earlier generations of its context (the reference framework's
+    ``X-Miles-Previous-Response-Id``, ``X-Miles-Retry-Of``, ``X-Miles-Supersedes``): each
+    names a generation id (the ``X-Miles-Generation-Id`` of its reply)."""
+
+    previous_response_id: str | None = None
+    """The generation the request continues (v2: the node it attaches under)."""
+    retry_of: str | None = None
+    """The generation this turn samples again."""
+    supersedes: str | None = None
+    """The generation this turn replaces for training."""
+
+    def to_json(self) -> dict[str, str]:
+        return {name: value for name, value in (
+            ("previous_response_id", self.previous_response_id), ("retry_of", self.retry_of),
+            ("supersedes", self.supersedes)) if value is not None}
 
 
 @dataclass(slots=True)
@@ -60,6 +81,8 @@ class TurnRequest:
     context: str | None = None
     """The agent context that serves the request: set by the session when it claims the
     turn (:meth:`tito.session.Session.begin`)."""
+    links: TurnLinks | None = None
+    """The generation links its headers name (None: none)."""
     settings: dict[str, Any] | None = None
     """The request's explicit sampling settings (``temperature``, ``max_tokens``...):
     kept in the turn's record (``request.settings``). JSON values only."""

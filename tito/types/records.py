@@ -67,6 +67,11 @@ class TurnRecord:
     """The engine's reason for an ``abort`` finish (e.g. a pause in ``abort`` mode)."""
     request: dict[str, Any] = field(default_factory=dict)
     """Small request facts for ``GET /sessions/<id>`` (sampling settings, roles appended)."""
+    generation_id: str | None = None
+    """The turn's generation id (its response id, the reply's ``X-Miles-Generation-Id``)."""
+    links: dict[str, str] | None = None
+    """The generation links its request named (:class:`tito.types.messages.TurnLinks`:
+    ``previous_response_id``, ``retry_of``, ``supersedes``); None: none."""
 
     @property
     def checkpoint_len(self) -> int:

@@ -106,11 +106,14 @@ def split(payload: memoryview) -> tuple[dict[str, Any], memoryview]:
 # -- turns -------------------------------------------------------------------------------
 def turn_frame(session_id: str, turn: TurnCommit, seq: int) -> bytes:
     rec = turn.record
-    header = {"op": "turn", "sid": session_id, "keep_records": turn.keep_records,
+    fields: dict[str, Any] = {name: getattr(rec, name) for name in _RECORD_FIELDS}
+    if rec.links is not None:  # generation links (absent: none, as in older journals)
+        fields["links"] = rec.links
+    header: dict[str, Any] = {"op": "turn", "sid": session_id, "keep_records": turn.keep_records,
               "keep_messages": turn.keep_messages, "appended": turn.appended,
               "message": turn.message, "tools": turn.tools, "parent": turn.parent,
               "response_id": turn.response_id,
-              "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
+              "record": fields,
               "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS],
               "logprobs_dtype": np.dtype(rec.logprobs.dtype).str,
               **{f"{name}_shape": None if getattr(rec, name) is None
@@ -159,7 +162,7 @@ def turn_of(header: dict[str, Any], arrays: memoryview) -> TurnCommit:
             parts[name] = np.frombuffer(arrays[start : start + size], dtype=wire) \
                 .astype(wire.lstrip("<"))
             start += size
-    record = TurnRecord(**header["record"], **parts)
+    record = TurnRecord(**header["record"], **parts, generation_id=header.get("response_id"))
     context = header.get("context")  # absent: the main context (and older journals)
     return TurnCommit(header["keep_records"], header["keep_messages"], header["appended"],
                       header["message"], header["tools"], record, header.get("parent"),

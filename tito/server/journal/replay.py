@@ -18,12 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tito.server.api_state import ApiState
+from tito.server.finish import restore_export, restore_finish
 from tito.server.journal.frames import Frame, turn_of
 from tito.server.journal.scan import Damage
 from tito.server.session_options import SessionOptions
 from tito.session import Session
 from tito.session.agents import MAIN
 from tito.session.turns import TurnCommit
+
+SESSION_OPS = ("create", "turn", "finish", "export")
+"""A session's numbered frames (its creation 0, then its turns and lifecycle events)."""
+EVENTS: dict[str, Callable[[Session, dict[str, Any]], None]] = {
+    "finish": restore_finish, "export": restore_export}
+"""A session's frames besides its creation and turns: applied where they are in the
+journal (a finish seals the snapshot of the turns replayed before it)."""
 
 
 @dataclass
@@ -120,7 +128,7 @@ def _apply(out: Replayed, item: Frame, new_session: Callable[[str], Session] | N
         out.index.pop(sid, None)
         out.gone[sid] = header["reason"]
         out.gone.move_to_end(sid)
-    elif op in ("create", "turn"):
+    elif op in SESSION_OPS:
         expected = out.seqs.get(sid, 0)
         if item.seq >= 0 and item.seq != expected:
             _drop(out, sid, f"frame {expected} of the session is missing (found {item.seq})")
@@ -144,6 +152,10 @@ def _session_frame(out: Replayed, item: Frame, sid: str,
                 ApiState.of(session).options = SessionOptions.from_json(options)
             out.live[sid] = session
         out.index[sid] = []
+        return True
+    if item.header["op"] != "turn":  # a finish or an export: no turn
+        if new_session is not None:
+            EVENTS[item.header["op"]](out.live[sid], item.header)
         return True
     if new_session is not None:
         try:

@@ -210,6 +210,14 @@ class Journal:
         self._seqs[session_id] = seq + 1
         await self.write(data, (session_id, "turn", len(data), ""))
 
+    async def session_event(self, session_id: str, header: dict[str, Any]) -> None:
+        """A session's frame besides its turns (``finish``, ``export``), numbered as its
+        turns are."""
+        seq = self._seqs.get(session_id, 1)
+        data = frame({**header, "sid": session_id}, seq=seq)
+        self._seqs[session_id] = seq + 1
+        await self.write(data, (session_id, str(header["op"]), len(data), ""))
+
     def deleted(self, session_id: str, reason: str) -> asyncio.Future[None] | None:
         """Journal a deletion or expiry (None: the journal has failed; the session is gone
         from memory only)."""
