@@ -34,10 +34,15 @@ CALL_MARKERS: tuple[str, ...] = (
     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<|tool_calls_section_begin|>",
     "<|tool_call_begin|>", "[TOOL_CALLS]", "<minimax:tool_call>", "<|start|>",
     "<|channel|>", "<|constrain|>", "<|call|>", '{"name"', "<think>", "</think>",
+    "<|close|>",  # Kimi K3: closes the response section (then tools)
+    "<|open|>",  # Kimi K3: opens a section
 )
 """Texts that may begin a tool call (or a section a parser reads specially) in some
 family; content is held back from the first one on."""
-REASONING_MARKERS: tuple[str, ...] = ("</think>", "<|end|>", "<|channel|>", "<|start|>")
+REASONING_MARKERS: tuple[str, ...] = (
+    "</think>", "<|end|>", "<|channel|>", "<|start|>",
+    "<|close|>",  # Kimi K3: <|close|>think<|sep|>
+)
 """Texts that may close a reasoning block."""
 
 Parse = Callable[[Sequence[int], str], ParsedCompletion]
