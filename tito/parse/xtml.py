@@ -38,8 +38,9 @@ _CALL = re.compile(rf'{_O}call tool="([^"]*)" index="\d+"{_S}(.*?){_C}call{_S}',
 _ARG = re.compile(rf'{_O}argument key="([^"]*)" type="(\w+)"{_S}(.*?){_C}argument{_S}',
                   re.DOTALL)
 _JSON = re.compile(rf'{_O}json type="object"{_S}(.*?){_C}json{_S}', re.DOTALL)
-_TYPES = {"string": str, "number": (int, float), "boolean": bool, "null": type(None),
-          "object": dict, "array": list}
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str, "number": (int, float), "boolean": bool, "null": type(None),
+    "object": dict, "array": list}
 
 
 def _unescape(value: str) -> str:
