@@ -64,3 +64,38 @@ def test_a_reinterpreted_field_is_not_continued(qwen3: TemplateRenderer) -> None
     assert stream.update([1]).content == "streamed so far"
     rest = stream.finish(ParsedCompletion(content="something else"))
     assert rest.content == "" and stream.diverged == ["content"]
+
+
+FAMILY_MARKERS = ("<tool_call", "<arg_", "</think", "<think", "<|tool_call", "<|open|>",
+                  "<|close|>", "<|sep|>")
+STREAMED_FAMILIES = [
+    "glm5",
+    "kimi_k25",
+    "kimi_k3",
+]
+"""Families whose own markers are streamed through here (stand-in tokenizers)."""
+CALLS_MESSAGE = {
+    "role": "assistant", "content": "I'll check both. 東京 🚀", "reasoning_content":
+    "Two cities: call the tool twice.",
+    "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Zürich"}'}},
+        {"id": "c2", "type": "function", "function": {
+            "name": "calculator", "arguments": '{"expression": "6*7", "n": 2}'}}]}
+
+
+@pytest.mark.parametrize("family", STREAMED_FAMILIES)
+def test_family_markers_are_held_back(family: str) -> None:
+    renderer = build_renderer(family, "standin")
+    kwargs = {renderer.spec.thinking_kwarg: True} if renderer.spec.thinking_kwarg else None
+    ids = renderer.render_completion(CALLS_MESSAGE, template_kwargs=kwargs)
+    deltas, stream, final = stream_all(renderer, ids)
+    assert not stream.diverged
+    assert final.reasoning_content == CALLS_MESSAGE["reasoning_content"]
+    assert final.content == CALLS_MESSAGE["content"]
+    assert "".join(d.content for d in deltas) == final.content
+    assert "".join(d.reasoning for d in deltas) == final.reasoning_content
+    assert [c for d in deltas for c in d.calls] == final.tool_calls
+    assert [c["function"]["name"] for c in final.tool_calls] == ["get_weather", "calculator"]
+    for d in deltas:
+        assert not any(m in d.content + d.reasoning for m in FAMILY_MARKERS), d
+    assert any(d.calls for d in deltas[:-1])  # calls are sent before the end

@@ -79,9 +79,10 @@ def _arguments(body: str) -> dict[str, Any] | None:
     return args if pos == len(body) else None
 
 
-def _calls(tail: str) -> tuple[list[Call], int]:
-    """The calls of the tools section at the start of ``tail`` and how much of ``tail``
-    they (and the section's and the message's closing tags) account for."""
+def _calls(tail: str) -> tuple[list[Call], str]:
+    """The calls of the tools section at the start of ``tail`` and the text they (with the
+    section's and the message's closing tags) do not account for: the section's opener and
+    what follows its last call that parses, when the section does not close after it."""
     calls: list[Call] = []
     pos = 0
     if tail.startswith(TOOLS_START):
@@ -92,12 +93,12 @@ def _calls(tail: str) -> tuple[list[Call], int]:
                 break
             calls.append(make_call(_unescape(match.group(1)), args))
             pos = match.end()
-        if not tail.startswith(TOOLS_END, pos):
-            return calls, pos  # cut inside the section, or a call that does not parse
+        if not tail.startswith(TOOLS_END, pos):  # cut, or a call that does not parse
+            return calls, TOOLS_START + tail[pos:]
         pos += len(TOOLS_END)
     if tail.startswith(MESSAGE_END, pos):
         pos += len(MESSAGE_END)
-    return calls, pos
+    return calls, tail[pos:]
 
 
 @dataclass
@@ -122,8 +123,7 @@ class XtmlParser(TaggedParser):
         content, found, tail = body.partition(RESPONSE_END)
         if not found:
             return content, []
-        calls, used = _calls(tail)
-        rest = tail[used:]
+        calls, rest = _calls(tail)
         if rest:  # never dropped: what does not parse stays in content, verbatim
             return content + RESPONSE_END + rest, calls
         return content, calls
