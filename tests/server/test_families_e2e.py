@@ -1,7 +1,10 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
 and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
-tokenizer (the real one is not available offline)."""
+tokenizer (the real one is not available offline). Families of the second wave also run a
+tool-calling session through each API (Chat Completions, Responses, Messages: the real
+openai and anthropic SDKs) with each API's thinking switch, in process over a real mock
+engine."""
 
 from __future__ import annotations
 
@@ -11,14 +14,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
+from helpers.inproc import asgi_client, gateway_over_mock_engine, new_session, openai_for
 from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
+from tito.render import build_renderer
 from tito.render.families import family_module
 from tito.render.families.loaders import write_standin
+from tito.render.verify import verify_renderer
 from tito.samples import decode_samples
+from tito.server.app import create_app
+from tito.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow  # two processes per family
 
@@ -30,7 +40,11 @@ TOOLS = [
 ]
 STRICT = ("special_token_count", "special_token_type", "non_assistant_text")
 FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
-            "llama3": "llama-3.1", "gpt_oss": "gpt-oss"}
+            "llama3": "llama-3.1", "gpt_oss": "gpt-oss",
+            "glm5": None,
+            "kimi_k25": None,
+            "kimi_k3": None,
+            }
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -154,3 +168,135 @@ def test_standin_folder_loads(tmp_path: Path) -> None:
     renderer = build_renderer("glm47", folder)
     assert renderer.tokenizer.encode("<|observation|>") == [
         renderer.tokenizer.require_id("<|observation|>")]
+
+
+THREE_APIS = [
+    "glm5",
+    "kimi_k25",
+    "kimi_k3",
+]
+"""Families run through all three APIs in process (their stand-in tokenizers)."""
+FIRST = 'THINK weather first\nCALL get_weather {"city": "Paris"}'
+
+
+def _anthropic_for(gateway: Gateway, sid: str) -> anthropic.AsyncAnthropic:
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=create_app(gateway)),
+                              base_url="http://127.0.0.1", timeout=30)
+    return anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1/sessions/{sid}", api_key="x",
+                                    max_retries=0, http_client=http)
+
+
+async def _checked(http: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    """The session's records, once its sample shows no strict mismatch."""
+    resp = await http.post(f"/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    mismatches = decode_samples(resp.content).samples[0].metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], mismatches
+    records: list[dict[str, Any]] = (await http.get(f"/sessions/{sid}")).json()["records"]
+    return records
+
+
+async def _chat(http: httpx.AsyncClient, kwarg: str) -> None:
+    """Chat Completions, ``reasoning_effort`` low (thinking on): call, answer, follow-up."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    messages: list[Any] = [{"role": "system", "content": "Weather bot."},
+                           {"role": "user", "content": FIRST}]
+    first = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                 reasoning_effort="low")
+    msg = first.choices[0].message.model_dump(exclude_none=True)
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert msg["reasoning_content"] == "weather first"
+    call = msg["tool_calls"][0]
+    messages += [msg, {"role": "tool", "tool_call_id": call["id"], "content": "SAY Sunny."}]
+    second = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                  reasoning_effort="low")
+    assert second.choices[0].message.content == "Sunny."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [True, True]
+
+
+async def _responses(http: httpx.AsyncClient, kwarg: str) -> None:
+    """Responses, ``reasoning.effort`` none (thinking off): call, then the answer."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    tools: Any = [{"type": "function", **t["function"]} for t in TOOLS]
+    first_input: list[Any] = [{"role": "user", "content": FIRST}]
+    first = await client.responses.create(model="m", input=first_input, tools=tools,
+                                          reasoning={"effort": "none"})
+    assert [i.type for i in first.output] == ["function_call"]  # no reasoning item
+    echoed = [item.model_dump(exclude_none=True) for item in first.output]
+    second = await client.responses.create(model="m", tools=tools, reasoning={
+        "effort": "none"}, input=[*first_input, *echoed, {
+            "type": "function_call_output", "call_id": first.output[0].call_id,  # type: ignore[union-attr]
+            "output": "SAY Cold."}])
+    assert second.output_text == "Cold."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [False, False]
+
+
+async def _messages(gateway: Gateway, http: httpx.AsyncClient, kwarg: str) -> None:
+    """Messages, ``thinking`` enabled: tool_use (after a thinking block), then the answer."""
+    sid = await new_session(http)
+    client = _anthropic_for(gateway, sid)
+    tools: Any = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    history: list[Any] = [{"role": "user", "content": FIRST}]
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    first = await client.messages.create(model="m", max_tokens=256, tools=tools,
+                                         messages=history, thinking=thinking)
+    assert [b.type for b in first.content] == ["thinking", "tool_use"]
+    use = first.content[-1]
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                  for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,  # type: ignore[union-attr]
+                                              "content": "SAY Windy."}]}]
+    second = await client.messages.create(model="m", max_tokens=256, tools=tools,
+                                          messages=history, thinking=thinking)
+    assert second.stop_reason == "end_turn" and second.content[-1].text == "Windy."  # type: ignore[union-attr]
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [True, True]
+
+
+@pytest.mark.parametrize("family", THREE_APIS)
+async def test_a_session_through_each_api(family: str, tmp_path: Path) -> None:
+    module = family_module(family)
+    folder = write_standin(tmp_path, family, module.STANDIN, module.STANDIN_EOS)
+    renderer = build_renderer(family, folder)
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    check = verify_renderer(renderer).summary()
+    async with gateway_over_mock_engine(folder, renderer, check, timeout=30,
+                                        family=family) as gateway, \
+            asgi_client(gateway) as http:
+        health = (await http.get("/health")).json()
+        assert health["capabilities"]["append_only_verified"] is True
+        assert health["capabilities"]["pinned_kwargs"] == renderer.spec.pinned_kwargs
+        await _chat(http, kwarg)
+        await _responses(http, kwarg)
+        await _messages(gateway, http, kwarg)
+        if family == "kimi_k3":
+            await _k3_refusal(http)
+
+
+async def _k3_refusal(http: httpx.AsyncClient) -> None:
+    """kimi_k3: a kwarg that adds a trailing system message is a 400 that leaves the session
+    as it was; the effort reaches the template's ``thinking_effort``."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    first: list[Any] = [{"role": "user", "content": "SAY Hi."}]
+    with pytest.raises(openai.BadRequestError) as err:
+        await client.chat.completions.create(model="m", messages=first, extra_body={
+            "chat_template_kwargs": {"tool_choice": "required"}})
+    assert err.value.code == "template_kwarg_not_append_only"
+    assert (await http.get(f"/sessions/{sid}")).json()["records"] == []
+    reply = await client.chat.completions.create(model="m", messages=first,
+                                                 reasoning_effort="xhigh")
+    following = [*first, reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": "SAY Bye."}]
+    again = await client.chat.completions.create(model="m", messages=following,
+                                                 reasoning_effort="xhigh")
+    assert again.choices[0].message.content == "Bye."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"] for r in records] == \
+        [{"thinking": True, "thinking_effort": "max"}] * 2
