@@ -28,7 +28,11 @@ TOKENIZERS = SHARED / "fixtures" / "tokenizers"
 DOC = REPO / "docs" / "families.md"
 ORDER = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v31",
          "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "llama3", "gpt_oss",
-         "mistral", "chatml"]
+         "mistral", "chatml",
+         "glm5",
+         "kimi_k25",
+         "kimi_k3",
+         ]
 EXTRA_FIXTURES = {"qwen3": "qwen3", "chatml": "smollm2"}
 CHECKS = ("text_prefix", "token_prefix", "parse_round_trip")
 

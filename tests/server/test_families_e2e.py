@@ -294,6 +294,10 @@ async def _k3_refusal(http: httpx.AsyncClient) -> None:
                                                  reasoning_effort="xhigh")
     following = [*first, reply.choices[0].message.model_dump(exclude_none=True),
                  {"role": "user", "content": "SAY Bye."}]
+    with pytest.raises(openai.BadRequestError) as err:  # the effort is the session's
+        await client.chat.completions.create(model="m", messages=following,
+                                             reasoning_effort="low")
+    assert err.value.code == "render_changed"
     again = await client.chat.completions.create(model="m", messages=following,
                                                  reasoning_effort="xhigh")
     assert again.choices[0].message.content == "Bye."

@@ -1,15 +1,20 @@
 """``kimi_k25``: Kimi K2.5 / K2.6 (kimi_k2's markers; the K2.5 template).
 
-- Template: Kimi K2.5's (miles' patched copy, bundled unchanged): reasoning of the turns up to
-  the last plain answer is dropped unless ``preserve_thinking=True``: pinned, so every
-  assistant keeps ``<think>R</think>`` (append-only). Differences from ``kimi_k2``: no
-  default system prompt, compact tool declaration, and a thinking switch.
-- Thinking per request (``thinking``, default on): prompt ``<think>``, or ``<think></think>``
-  and every assistant rendered with an empty block when off.
+- Template: Kimi K2.5's as miles patched it (bundled unchanged): no default system prompt,
+  a compact tool declaration, a ``thinking`` switch.
+- Pinned: ``preserve_thinking=True``. Upstream drops the reasoning of the turns up to the
+  last plain answer; pinned, every assistant keeps ``<think>R</think>`` (append-only).
+  ``preserve_thinking=False`` in a request is a 400 (``template_kwarg_conflict``).
+- Thinking per request (``thinking``, default on; OpenAI effort ``none``/``minimal`` off;
+  Anthropic ``thinking``): prompt ``<think>``, or ``<think></think>`` and every assistant
+  rendered with an empty block when off. Switching it within a session is tolerated (each
+  bridge appends only the new messages, so the ids stay what the model saw) but the
+  canonical render of the history then differs (reasoning shown or not): the session's
+  comparator reports it (``special_token_count``), as for glm47.
 - Junction: concatenation (``<|im_end|>`` has no trailing newline). All roles append.
 - Calls: kimi_k2's (``functions.NAME:IDX`` ids; other ids are mapped as kimi_k2 does).
-- An assistant's ``reasoning_content: null`` is dropped before rendering (the template
-  would print ``None``). Reasoning renders unstripped: the parser keeps it exactly.
+- Tolerated: an assistant's ``reasoning_content: null`` is dropped before rendering (the
+  template would print ``None``). Reasoning renders unstripped: the parser keeps it exactly.
 - Tokenizer: not available offline: kimi_k2's stand-in (Kimi's special tokens).
 """
 

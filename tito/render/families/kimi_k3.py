@@ -1,22 +1,33 @@
 """``kimi_k3``: Kimi K3 ("XTML" framing ``<|open|>TAG attrs<|sep|>…<|close|>TAG<|sep|>``).
 
-- Template: llama.cpp's Jinja port of the K3 format (bundled unchanged; not the publisher's
-  file, see docs/families.md). Append-only as published: reasoning is kept in every assistant
-  turn (an empty ``think`` section when there is none), nothing is pinned.
-- Junction: concatenation: every message ends with ``<|end_of_msg|>``, the model's stop.
-  All roles append. Tool results are matched to the calls by id (ids are not rendered).
-- Thinking per request (``thinking``, default on): the prompt opens ``think`` (or
-  ``response``). ``thinking_effort`` (``low``/``high``/``max``, default ``max``) is a system
-  message at the top: OpenAI's effort maps to it (``EFFORTS``).
+- Template: llama.cpp's Jinja port of the K3 format (bundled unchanged). Not the
+  publisher's file (K3's format is defined by its Python encoder, not available offline):
+  to be checked against golden encoder output when there is some.
+- Pinned: nothing. Append-only as published: reasoning is kept in every assistant turn (an
+  empty ``think`` section when there is none).
+- Thinking per request (``thinking``, default on; Anthropic ``thinking``): the prompt opens
+  ``think`` (or ``response``). ``thinking_effort`` (``low``/``high``/``max``, default
+  ``max``) is a system message at the top; OpenAI's effort sets it (``EFFORTS``: ``low`` ->
+  low, ``medium``/``high`` -> high, ``xhigh`` -> max; ``none``/``minimal`` switch thinking
+  off). A session keeps its options (a changed effort is a 400 ``render_changed``), so the
+  top message does not change under it. Switching thinking within a session is tolerated
+  (the ids stay what the model saw) but the canonical render of the history differs (no
+  ``think`` sections nor effort message when off): the comparator reports it.
 - Refused (400 ``template_kwarg_not_append_only``): ``chat_template_kwargs`` that make the
-  template add a system message at the *end* of the prompt (``tool_choice`` ``required`` /
-  ``none``, ``response_format`` ``json_object`` / ``json_schema``, ``response_schema``): the
-  stored turn would keep that message where a later render has none, so the next turn could
-  not be appended. The API's own ``tool_choice`` / ``response_format`` are unaffected (they
-  never reach the template; ``response_format`` constrains the engine).
+  template add a system message *after the last message* (``tool_choice`` ``required`` /
+  ``none``, ``response_format`` ``json_object`` / ``json_schema``, ``response_schema``):
+  the stored turn would keep that message where the next turn's render has none.
+  Tolerated: the values that render nothing (``tool_choice: auto``, ``response_format``
+  ``text``). The API's own ``tool_choice`` / ``response_format`` never reach the template
+  (``response_format`` constrains the engine), so they are unaffected.
+- Junction: concatenation: every message ends with ``<|end_of_msg|>``, the model's stop.
+  All roles append. Tool results are matched to the calls by id (ids are not rendered,
+  parsed calls get new ones) and rendered in the calls' order, named after them.
 - Calls: ``<|open|>call tool="NAME" index="I"<|sep|>`` with typed arguments
-  (:mod:`tito.parse.xtml`).
-- Tokenizer: not available offline: a stand-in with K3's added tokens.
+  (:mod:`tito.parse.xtml`); reasoning and content are kept exactly (rendered unstripped).
+- Tokenizer: not available offline: a stand-in with K3's added tokens (``[BOS]``,
+  ``[EOS]``, ``<|end_of_msg|>``, ``<|open|>``, ``<|close|>``, ``<|sep|>``; the real K3 marks
+  the last three non-special, the stand-in keeps them special).
 """
 
 from __future__ import annotations
