@@ -99,3 +99,30 @@ def test_family_markers_are_held_back(family: str) -> None:
     for d in deltas:
         assert not any(m in d.content + d.reasoning for m in FAMILY_MARKERS), d
     assert any(d.calls for d in deltas[:-1])  # calls are sent before the end
+
+
+@pytest.mark.parametrize("family", ["glm47", "nemotron3", "deepseek_v32", *STREAMED_FAMILIES])
+def test_thinking_off_streams_the_answer_as_content(family: str) -> None:
+    """A prompt that closed the reasoning block itself (thinking off): the output so far is
+    the answer, streamed as content (not as reasoning that the committed parse then
+    reads as content), and a cut turn commits it as content too."""
+    renderer = build_renderer(family, "standin")
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    off = {kwarg: False}
+    ids = renderer.render_completion({"role": "assistant", "content": "The answer, 42."},
+                                     template_kwargs=off)
+    stream = DeltaStream(renderer.stream_parse(off), every=1)
+    deltas = [stream.update(ids[:n]) for n in range(1, len(ids) + 1)]
+    final = renderer.parse_turn(ids, "stop", off)
+    deltas.append(stream.finish(final))
+    assert not stream.diverged
+    assert (final.reasoning_content, final.content) == (None, "The answer, 42.")
+    assert "".join(d.reasoning for d in deltas) == ""
+    assert "".join(d.content for d in deltas) == "The answer, 42."
+    cut = renderer.parse_turn(ids[:-3], "length", off)
+    assert cut.reasoning_content is None and cut.content and cut.finish_reason == "length"
+    words = renderer.tokenizer.encode("The answer")  # thinking on: a cut output is reasoning
+    assert renderer.parse_turn(words, "length", {kwarg: True}).reasoning_content == \
+        "The answer"
+    assert renderer.parse_turn(words, "length", off).content == "The answer"

@@ -226,11 +226,17 @@ async def _responses(http: httpx.AsyncClient, kwarg: str) -> None:
                                           reasoning={"effort": "none"})
     assert [i.type for i in first.output] == ["function_call"]  # no reasoning item
     echoed = [item.model_dump(exclude_none=True) for item in first.output]
-    second = await client.responses.create(model="m", tools=tools, reasoning={
+    async with client.responses.stream(model="m", tools=tools, reasoning={
         "effort": "none"}, input=[*first_input, *echoed, {
             "type": "function_call_output", "call_id": first.output[0].call_id,  # type: ignore[union-attr]
-            "output": "SAY Cold."}])
-    assert second.output_text == "Cold."
+            "output": "SAY Cold and windy."}]) as events:  # streamed: the answer as text
+        deltas = [e async for e in events]
+        second = await events.get_final_response()
+    assert second.output_text == "Cold and windy."
+    assert [i.type for i in second.output] == ["message"]
+    assert not [e.type for e in deltas if "reasoning" in e.type]  # nothing streamed as such
+    assert "".join(e.delta for e in deltas if e.type == "response.output_text.delta") == \
+        "Cold and windy."
     records = await _checked(http, sid)
     assert [r["chat_template_kwargs"][kwarg] for r in records] == [False, False]
 
@@ -243,9 +249,12 @@ async def _messages(gateway: Gateway, http: httpx.AsyncClient, kwarg: str) -> No
                    "input_schema": t["function"]["parameters"]} for t in TOOLS]
     history: list[Any] = [{"role": "user", "content": FIRST}]
     thinking: Any = {"type": "enabled", "budget_tokens": 1024}
-    first = await client.messages.create(model="m", max_tokens=256, tools=tools,
-                                         messages=history, thinking=thinking)
+    async with client.messages.stream(model="m", max_tokens=256, tools=tools,
+                                      messages=history, thinking=thinking) as events:
+        first = await events.get_final_message()  # streamed: markers held back
     assert [b.type for b in first.content] == ["thinking", "tool_use"]
+    assert first.content[0].thinking == "weather first"  # type: ignore[union-attr]
+    assert first.content[1].input == {"city": "Paris"}  # type: ignore[union-attr]
     use = first.content[-1]
     history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
                                                   for b in first.content]},
@@ -266,8 +275,8 @@ async def test_a_session_through_each_api(family: str, tmp_path: Path) -> None:
     kwarg = renderer.spec.thinking_kwarg
     assert kwarg is not None
     check = verify_renderer(renderer).summary()
-    async with gateway_over_mock_engine(folder, renderer, check, timeout=30,
-                                        family=family) as gateway, \
+    async with gateway_over_mock_engine(folder, renderer, check, timeout=30, family=family,
+                                        token_latency_ms=1.0) as gateway, \
             asgi_client(gateway) as http:
         health = (await http.get("/health")).json()
         assert health["capabilities"]["append_only_verified"] is True
