@@ -27,7 +27,8 @@
   (:mod:`tito.parse.xtml`); reasoning and content are kept exactly (rendered unstripped).
 - Tokenizer: not available offline: a stand-in with K3's added tokens (``[BOS]``,
   ``[EOS]``, ``<|end_of_msg|>``, ``<|open|>``, ``<|close|>``, ``<|sep|>``; the real K3 marks
-  the last three non-special, the stand-in keeps them special).
+  the last three non-special, the stand-in keeps them special). The comparator segments at
+  ``<|end_of_msg|>`` only, as with the real tokenizer's special set.
 """
 
 from __future__ import annotations
