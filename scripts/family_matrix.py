@@ -36,6 +36,9 @@ ORDER = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v3
          "qwen38",
          "qwen36",
          "nemotron35",
+         "glm5",
+         "kimi_k25",
+         "kimi_k3",
          ]
 EXTRA_FIXTURES = {"qwen3": "qwen3", "chatml": "smollm2"}
 CHECKS = ("text_prefix", "token_prefix", "parse_round_trip")

@@ -205,3 +205,9 @@ def test_harness_traffic_tiny(tmp_path: Path) -> None:
     assert "harness-shaped traffic" in out
     for door in ("messages", "responses", "chat", "chat-nostream"):
         assert door in out, door
+
+
+def test_family_bridge_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("family_bridge.py", "--rounds", "1", "--bridges", "2",
+                        tmp_path=tmp_path, tokenizer=False)
+    assert "family bridge" in out

@@ -37,24 +37,38 @@ def openai_for(http: httpx.AsyncClient, sid: str) -> openai.AsyncOpenAI:
 
 
 @contextlib.asynccontextmanager
+async def gateway_over_mock_engine(tokenizer_dir: Path, renderer: TemplateRenderer,
+                                   self_check: dict[str, Any], *, timeout: float,
+                                   token_latency_ms: float = 0.0, family: str = "qwen3",
+                                   **config: Any) -> AsyncIterator[Gateway]:
+    """The gateway (in this process) over a real mock engine on 127.0.0.1, through the
+    SGLang client; ``family`` names ``renderer``'s family in the configs (``config``: more
+    :class:`ServerConfig` fields)."""
+    mock = MockEngine(MockConfig(tokenizer_dir=str(tokenizer_dir), family=family,
+                                 token_latency_ms=token_latency_ms), MockModel(renderer))
+    server = AppServer(mock.app(), bind_tcp("127.0.0.1", 0))
+    await server.start()
+    cfg = ServerConfig(tokenizer=str(tokenizer_dir), family=family, engine="sglang",
+                       engine_url=server.url, engine_timeout=timeout, **config)
+    cfg.validate()
+    gateway = Gateway(cfg, renderer, SGLangEngine(server.url, timeout=timeout),
+                      self_check=self_check)
+    try:
+        yield gateway
+    finally:
+        await gateway.engine.close()
+        await server.stop()
+
+
+@contextlib.asynccontextmanager
 async def over_mock_engine(tokenizer_dir: Path, renderer: TemplateRenderer,
                            self_check: dict[str, Any], *, timeout: float,
                            token_latency_ms: float = 0.0, **config: Any
                            ) -> AsyncIterator[httpx.AsyncClient]:
     """The gateway app (in this process) over a real mock engine on 127.0.0.1, through
     the SGLang client: httpx on the app (``config``: more :class:`ServerConfig` fields)."""
-    mock = MockEngine(MockConfig(tokenizer_dir=str(tokenizer_dir), family="qwen3",
-                                 token_latency_ms=token_latency_ms), MockModel(renderer))
-    server = AppServer(mock.app(), bind_tcp("127.0.0.1", 0))
-    await server.start()
-    cfg = ServerConfig(tokenizer=str(tokenizer_dir), family="qwen3", engine="sglang",
-                       engine_url=server.url, engine_timeout=timeout, **config)
-    cfg.validate()
-    gateway = Gateway(cfg, renderer, SGLangEngine(server.url, timeout=timeout),
-                      self_check=self_check)
-    try:
-        async with asgi_client(gateway) as http:
-            yield http
-    finally:
-        await gateway.engine.close()
-        await server.stop()
+    async with gateway_over_mock_engine(tokenizer_dir, renderer, self_check, timeout=timeout,
+                                        token_latency_ms=token_latency_ms,
+                                        **config) as gateway, \
+            asgi_client(gateway) as http:
+        yield http

@@ -50,6 +50,9 @@ MALFORMED = {
     "qwen38": "r\n</think>\n\n<tool_call>\n<function=f>\nno parameters here\n</function>\n</tool_call>",
     "qwen36": "r\n</think>\n\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\nstray\n</function>\n</tool_call>",
     "nemotron35": "r</think>\n<tool_call>\n<function=f>\ngarbage\n</function>\n</tool_call>\n",
+    "glm5": "r</think><tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>",
+    "kimi_k25": "r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{nope<|tool_call_end|><|tool_calls_section_end|>",
+    "kimi_k3": 'r<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="n" type="number"<|sep|>many<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>',
 }
 
 
@@ -64,7 +67,7 @@ def test_malformed_call_is_kept_as_content(family: str) -> None:
     assert parsed.finish_reason == "stop"
     assert parsed.content  # the broken call text is returned, never dropped
     marker = {"gpt_oss": "{broken", "llama3": '"f"', "mistral": "oops",
-              "glm47": "<arg_key>k"}.get(family, "f")
+              "glm47": "<arg_key>k", "glm5": "<arg_key>k"}.get(family, "f")
     assert marker in parsed.content
 
 

@@ -24,9 +24,13 @@ FAMILIES = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek
             "qwen38",
             "qwen36",
             "nemotron35",
+            "glm5",
+            "kimi_k25",
+            "kimi_k3",
             ]
 SLOW = ("qwen35", "gpt_oss")  # the two long templates: about a second each
-END = {"gpt_oss": "<|end|>", "minimax_m3": "</mm:think>", "gemma4": "<channel|>"}
+END = {"gpt_oss": "<|end|>", "minimax_m3": "</mm:think>", "gemma4": "<channel|>",
+       "kimi_k3": "<|close|>think<|sep|>"}
 REASONING, ANSWER = "think hard about it", "The answer is 42."
 
 
@@ -65,7 +69,8 @@ def test_reasoning_ids_end_with_the_reasoning_end_token(family: str) -> None:
                                                   is not None else 0)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "glm47", "deepseek_v31", "kimi_k2"])
+@pytest.mark.parametrize("family", ["qwen3", "glm47", "deepseek_v31", "kimi_k2",
+                                    "glm5", "kimi_k25", "kimi_k3"])
 def test_no_reasoning_counts_nothing(family: str) -> None:
     r = get(family)
     ids = completion(r, None)

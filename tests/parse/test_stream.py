@@ -102,3 +102,63 @@ def test_family_markers_are_held_back(family: str) -> None:
         text = d.content + d.reasoning
         assert not any(m in text for m in MARKERS) and "\ufffd" not in text, d
     assert any(d.calls for d in deltas[:-1])
+FAMILY_MARKERS = ("<tool_call", "<arg_", "</think", "<think", "<|tool_call", "<|open|>",
+                  "<|close|>", "<|sep|>")
+STREAMED_FAMILIES = [
+    "glm5",
+    "kimi_k25",
+    "kimi_k3",
+]
+"""Families whose own markers are streamed through here (stand-in tokenizers)."""
+CALLS_MESSAGE = {
+    "role": "assistant", "content": "I'll check both. 東京 🚀", "reasoning_content":
+    "Two cities: call the tool twice.",
+    "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Zürich"}'}},
+        {"id": "c2", "type": "function", "function": {
+            "name": "calculator", "arguments": '{"expression": "6*7", "n": 2}'}}]}
+
+
+@pytest.mark.parametrize("family", STREAMED_FAMILIES)
+def test_second_wave_markers_are_held_back(family: str) -> None:
+    renderer = build_renderer(family, "standin")
+    kwargs = {renderer.spec.thinking_kwarg: True} if renderer.spec.thinking_kwarg else None
+    ids = renderer.render_completion(CALLS_MESSAGE, template_kwargs=kwargs)
+    deltas, stream, final = stream_all(renderer, ids)
+    assert not stream.diverged
+    assert final.reasoning_content == CALLS_MESSAGE["reasoning_content"]
+    assert final.content == CALLS_MESSAGE["content"]
+    assert "".join(d.content for d in deltas) == final.content
+    assert "".join(d.reasoning for d in deltas) == final.reasoning_content
+    assert [c for d in deltas for c in d.calls] == final.tool_calls
+    assert [c["function"]["name"] for c in final.tool_calls] == ["get_weather", "calculator"]
+    for d in deltas:
+        assert not any(m in d.content + d.reasoning for m in FAMILY_MARKERS), d
+    assert any(d.calls for d in deltas[:-1])  # calls are sent before the end
+
+
+@pytest.mark.parametrize("family", ["glm47", "nemotron3", "deepseek_v32", *STREAMED_FAMILIES])
+def test_thinking_off_streams_the_answer_as_content(family: str) -> None:
+    """A prompt that closed the reasoning block itself (thinking off): the output so far is
+    the answer, streamed as content (not as reasoning that the committed parse then
+    reads as content), and a cut turn commits it as content too."""
+    renderer = build_renderer(family, "standin")
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    off = {kwarg: False}
+    ids = renderer.render_completion({"role": "assistant", "content": "The answer, 42."},
+                                     template_kwargs=off)
+    stream = DeltaStream(renderer.stream_parse(off), every=1)
+    deltas = [stream.update(ids[:n]) for n in range(1, len(ids) + 1)]
+    final = renderer.parse_turn(ids, "stop", off)
+    deltas.append(stream.finish(final))
+    assert not stream.diverged
+    assert (final.reasoning_content, final.content) == (None, "The answer, 42.")
+    assert "".join(d.reasoning for d in deltas) == ""
+    assert "".join(d.content for d in deltas) == "The answer, 42."
+    cut = renderer.parse_turn(ids[:-3], "length", off)
+    assert cut.reasoning_content is None and cut.content and cut.finish_reason == "length"
+    words = renderer.tokenizer.encode("The answer")  # thinking on: a cut output is reasoning
+    assert renderer.parse_turn(words, "length", {kwarg: True}).reasoning_content == \
+        "The answer"
+    assert renderer.parse_turn(words, "length", off).content == "The answer"

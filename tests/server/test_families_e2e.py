@@ -1,11 +1,10 @@
 """End to end per family: `tito serve` + `tito mock-engine` processes, a 6-turn tool-calling
 trajectory through the real openai SDK, the TITO chain checked on the ids the engine got,
-and 0 strict mismatches in the collected sample. GLM, MiniMax, Gemma and Nemotron 3.5 run
-over their documented stand-in tokenizers (the real ones are not available offline);
-Qwen3.8/3.6 over the Qwen3.5 one. Each family also runs a session through the Responses API
-(``reasoning.effort``, ``previous_response_id``) and one through Anthropic Messages
-(``thinking``, tool_use / tool_result, thinking blocks sent back), with the same checks; the
-families of ``THREE_APIS`` also check each API's thinking switch on the prompt's text."""
+and 0 strict mismatches in the collected sample. GLM runs over its documented stand-in
+tokenizer (the real one is not available offline). Families of the second wave also run a
+tool-calling session through each API (Chat Completions, Responses, Messages: the real
+openai and anthropic SDKs) with each API's thinking switch, in process over a real mock
+engine."""
 
 from __future__ import annotations
 
@@ -17,13 +16,19 @@ from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
+from helpers.inproc import asgi_client, gateway_over_mock_engine, new_session, openai_for
 from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
 
+from tito.render import build_renderer
 from tito.render.families import family_module
 from tito.render.families.loaders import load_any, write_standin
+from tito.render.verify import verify_renderer
 from tito.samples import decode_samples
+from tito.server.app import create_app
+from tito.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow  # two processes per family
 
@@ -42,6 +47,9 @@ FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
             "qwen38": "qwen3.5",
             "qwen36": "qwen3.5",
             "nemotron35": None,
+            "glm5": None,
+            "kimi_k25": None,
+            "kimi_k3": None,
             }
 
 
@@ -168,7 +176,7 @@ def test_standin_folder_loads(tmp_path: Path) -> None:
         renderer.tokenizer.require_id("<|observation|>")]
 
 
-THREE_APIS = {
+PROMPT_CHECKED = {
     "minimax_m25",
     "minimax_m3",
     "gemma4",
@@ -215,7 +223,7 @@ RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"],
 
 def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
-    if family not in THREE_APIS:
+    if family not in PROMPT_CHECKED:
         pytest.skip(f"{family}: Responses sessions are covered in tests/server/responses")
     sid, client = _session(gateway.url)
     first = client.responses.create(
@@ -236,7 +244,7 @@ def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> Non
 
 def test_messages_session_with_anthropic_thinking(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
-    if family not in THREE_APIS:
+    if family not in PROMPT_CHECKED:
         pytest.skip(f"{family}: Messages sessions are covered in tests/server/anthropic")
     import anthropic
 
@@ -330,3 +338,146 @@ def test_messages_session_with_thinking(stack: tuple[str, Proc, Proc]) -> None:
     assert second.stop_reason == "end_turn"
     assert second.content[-1].type == "text" and second.content[-1].text == "Snowing in Oslo."
     _chain_holds(engine, gateway, sid, 2)
+THREE_APIS = [
+    "glm5",
+    "kimi_k25",
+    "kimi_k3",
+]
+"""Families run through all three APIs in process (their stand-in tokenizers)."""
+FIRST = 'THINK weather first\nCALL get_weather {"city": "Paris"}'
+
+
+def _anthropic_for(gateway: Gateway, sid: str) -> anthropic.AsyncAnthropic:
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=create_app(gateway)),
+                              base_url="http://127.0.0.1", timeout=30)
+    return anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1/sessions/{sid}", api_key="x",
+                                    max_retries=0, http_client=http)
+
+
+async def _checked(http: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    """The session's records, once its sample shows no strict mismatch."""
+    resp = await http.post(f"/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    mismatches = decode_samples(resp.content).samples[0].metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], mismatches
+    records: list[dict[str, Any]] = (await http.get(f"/sessions/{sid}")).json()["records"]
+    return records
+
+
+async def _chat(http: httpx.AsyncClient, kwarg: str) -> None:
+    """Chat Completions, ``reasoning_effort`` low (thinking on): call, answer, follow-up."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    messages: list[Any] = [{"role": "system", "content": "Weather bot."},
+                           {"role": "user", "content": FIRST}]
+    first = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                 reasoning_effort="low")
+    msg = first.choices[0].message.model_dump(exclude_none=True)
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert msg["reasoning_content"] == "weather first"
+    call = msg["tool_calls"][0]
+    messages += [msg, {"role": "tool", "tool_call_id": call["id"], "content": "SAY Sunny."}]
+    second = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                  reasoning_effort="low")
+    assert second.choices[0].message.content == "Sunny."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [True, True]
+
+
+async def _responses(http: httpx.AsyncClient, kwarg: str) -> None:
+    """Responses, ``reasoning.effort`` none (thinking off): call, then the answer."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    tools: Any = [{"type": "function", **t["function"]} for t in TOOLS]
+    first_input: list[Any] = [{"role": "user", "content": FIRST}]
+    first = await client.responses.create(model="m", input=first_input, tools=tools,
+                                          reasoning={"effort": "none"})
+    assert [i.type for i in first.output] == ["function_call"]  # no reasoning item
+    echoed = [item.model_dump(exclude_none=True) for item in first.output]
+    async with client.responses.stream(model="m", tools=tools, reasoning={
+        "effort": "none"}, input=[*first_input, *echoed, {
+            "type": "function_call_output", "call_id": first.output[0].call_id,  # type: ignore[union-attr]
+            "output": "SAY Cold and windy."}]) as events:  # streamed: the answer as text
+        deltas = [e async for e in events]
+        second = await events.get_final_response()
+    assert second.output_text == "Cold and windy."
+    assert [i.type for i in second.output] == ["message"]
+    assert not [e.type for e in deltas if "reasoning" in e.type]  # nothing streamed as such
+    assert "".join(e.delta for e in deltas if e.type == "response.output_text.delta") == \
+        "Cold and windy."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [False, False]
+
+
+async def _messages(gateway: Gateway, http: httpx.AsyncClient, kwarg: str) -> None:
+    """Messages, ``thinking`` enabled: tool_use (after a thinking block), then the answer."""
+    sid = await new_session(http)
+    client = _anthropic_for(gateway, sid)
+    tools: Any = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    history: list[Any] = [{"role": "user", "content": FIRST}]
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    async with client.messages.stream(model="m", max_tokens=256, tools=tools,
+                                      messages=history, thinking=thinking) as events:
+        first = await events.get_final_message()  # streamed: markers held back
+    assert [b.type for b in first.content] == ["thinking", "tool_use"]
+    assert first.content[0].thinking == "weather first"  # type: ignore[union-attr]
+    assert first.content[1].input == {"city": "Paris"}  # type: ignore[union-attr]
+    use = first.content[-1]
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                  for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,  # type: ignore[union-attr]
+                                              "content": "SAY Windy."}]}]
+    second = await client.messages.create(model="m", max_tokens=256, tools=tools,
+                                          messages=history, thinking=thinking)
+    assert second.stop_reason == "end_turn" and second.content[-1].text == "Windy."  # type: ignore[union-attr]
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"][kwarg] for r in records] == [True, True]
+
+
+@pytest.mark.parametrize("family", THREE_APIS)
+async def test_a_session_through_each_api(family: str, tmp_path: Path) -> None:
+    module = family_module(family)
+    folder = write_standin(tmp_path, family, module.STANDIN, module.STANDIN_EOS)
+    renderer = build_renderer(family, folder)
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    check = verify_renderer(renderer).summary()
+    async with gateway_over_mock_engine(folder, renderer, check, timeout=30, family=family,
+                                        token_latency_ms=1.0) as gateway, \
+            asgi_client(gateway) as http:
+        health = (await http.get("/health")).json()
+        assert health["capabilities"]["append_only_verified"] is True
+        assert health["capabilities"]["pinned_kwargs"] == renderer.spec.pinned_kwargs
+        await _chat(http, kwarg)
+        await _responses(http, kwarg)
+        await _messages(gateway, http, kwarg)
+        if family == "kimi_k3":
+            await _k3_refusal(http)
+
+
+async def _k3_refusal(http: httpx.AsyncClient) -> None:
+    """kimi_k3: a kwarg that adds a trailing system message is a 400 that leaves the session
+    as it was; the effort reaches the template's ``thinking_effort``."""
+    sid = await new_session(http)
+    client = openai_for(http, sid)
+    first: list[Any] = [{"role": "user", "content": "SAY Hi."}]
+    with pytest.raises(openai.BadRequestError) as err:
+        await client.chat.completions.create(model="m", messages=first, extra_body={
+            "chat_template_kwargs": {"tool_choice": "required"}})
+    assert err.value.code == "template_kwarg_not_append_only"
+    assert (await http.get(f"/sessions/{sid}")).json()["records"] == []
+    reply = await client.chat.completions.create(model="m", messages=first,
+                                                 reasoning_effort="xhigh")
+    following = [*first, reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": "SAY Bye."}]
+    with pytest.raises(openai.BadRequestError) as err:  # the effort is the session's
+        await client.chat.completions.create(model="m", messages=following,
+                                             reasoning_effort="low")
+    assert err.value.code == "render_changed"
+    again = await client.chat.completions.create(model="m", messages=following,
+                                                 reasoning_effort="xhigh")
+    assert again.choices[0].message.content == "Bye."
+    records = await _checked(http, sid)
+    assert [r["chat_template_kwargs"] for r in records] == \
+        [{"thinking": True, "thinking_effort": "max"}] * 2

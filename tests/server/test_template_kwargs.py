@@ -43,3 +43,26 @@ async def test_no_false_mismatch_in_a_non_default_thinking_mode(
     assert view["records"][0]["chat_template_kwargs"] == settings
     assert samples.session_metadata["tito_session_mismatch"] == []
     assert samples.samples[0].metadata["tito_session_mismatch"] == []
+
+
+async def test_glm5_switches_thinking_between_turns_without_a_mismatch() -> None:
+    """GLM-5.1's pinned template renders history reasoning in both modes: a session that
+    turns thinking off after a thinking turn still equals its canonical render."""
+    renderer = build_renderer("glm5", "standin")
+    cfg = ServerConfig(tokenizer="standin", family="glm5", engine="sglang",
+                       engine_url="http://fake")
+    engine = ModelEngine(renderer)
+    gateway = Gateway(cfg, renderer, engine)
+    messages: list[dict[str, object]] = [{"role": "user", "content": "THINK hmm\nSAY Hello!"}]
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        for thinking in (True, False):
+            resp = await http.post(f"/sessions/{sid}/v1/chat/completions", json={
+                "messages": messages, "chat_template_kwargs": {"enable_thinking": thinking}})
+            assert resp.status_code == 200, resp.text
+            messages += [resp.json()["choices"][0]["message"],
+                         {"role": "user", "content": "SAY Bye."}]
+        samples = decode_samples((await http.post(f"/sessions/{sid}/samples")).content)
+    prompt = renderer.tokenizer.decode(engine.calls[1].input_ids)
+    assert "<think>hmm</think>Hello!" in prompt and prompt.endswith("<|assistant|></think>")
+    assert samples.samples[0].metadata["tito_session_mismatch"] == []

@@ -36,11 +36,16 @@ CALL_MARKERS: tuple[str, ...] = (
     "<|channel|>", "<|constrain|>", "<|call|>", '{"name"', "<think>", "</think>",
     "]<]minimax[>[", "<mm:think>", "</mm:think>",
     "<|tool_call>", "<|channel>", "<channel|>",
+    "<|close|>",  # Kimi K3: closes the response section (then tools)
+    "<|open|>",  # Kimi K3: opens a section
 )
 """Texts that may begin a tool call (or a section a parser reads specially) in some
 family; content is held back from the first one on."""
-REASONING_MARKERS: tuple[str, ...] = ("</think>", "<|end|>", "<|channel|>", "<|start|>",
-                                      "</mm:think>", "<channel|>")
+REASONING_MARKERS: tuple[str, ...] = (
+    "</think>", "<|end|>", "<|channel|>", "<|start|>",
+    "</mm:think>", "<channel|>",
+    "<|close|>",  # Kimi K3: <|close|>think<|sep|>
+)
 """Texts that may close a reasoning block."""
 
 Parse = Callable[[Sequence[int], str], ParsedCompletion]

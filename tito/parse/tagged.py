@@ -50,6 +50,9 @@ class TaggedParser:
     think_opened_by_prompt: bool = False
     strip_texts: tuple[str, ...] = field(default_factory=tuple)
     """Other marker texts removed from the decoded completion (e.g. a BOS)."""
+    exact_reasoning: bool = False
+    """Keep a closed reasoning block's text exactly (templates that render it unstripped);
+    default: strip its leading and trailing newlines."""
 
     def text_of(self, output_ids: Sequence[int]) -> str:
         text = self.tokenizer.decode(output_ids, skip_special_tokens=False)
@@ -75,7 +78,7 @@ class TaggedParser:
                 head = head.split(start, 1)[1]
             elif not self.think_opened_by_prompt and head.strip():
                 return None, text  # a stray closing tag: not ours to interpret
-            return head.strip("\n"), tail.lstrip("\n")
+            return (head if self.exact_reasoning else head.strip("\n")), tail.lstrip("\n")
         if start and text.lstrip().startswith(start):  # cut inside the reasoning block
             return text.split(start, 1)[1].lstrip("\n"), ""
         if self.think_opened_by_prompt and engine_finish != "stop":

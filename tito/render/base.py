@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from tito.parse.base import api_finish_reason
 from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
 from tito.render.template import render_template
 from tito.types.errors import BadRequest, TokenizationError
@@ -470,6 +471,24 @@ class TemplateRenderer:
 
     def parse(self, output_ids: Sequence[int], engine_finish: str) -> ParsedCompletion:
         return self.parser.parse(output_ids, engine_finish)
+
+    def parse_turn(self, output_ids: Sequence[int], engine_finish: str,
+                   template_kwargs: dict[str, Any] | None) -> ParsedCompletion:
+        """:meth:`parse` for a turn rendered with ``template_kwargs``: with the family's
+        thinking switch off, the prompt closed the reasoning block itself, so an output cut
+        short (``length``/``abort``, or a streamed output so far) is the answer, never
+        reasoning (parsers read a cut output of a prompt that opens the block as reasoning)."""
+        if engine_finish == "stop" or self.spec.thinking_kwarg is None or \
+                self.thinking_enabled(template_kwargs):
+            return self.parse(output_ids, engine_finish)
+        parsed = self.parse(output_ids, "stop")
+        parsed.finish_reason = api_finish_reason(engine_finish, bool(parsed.tool_calls))
+        return parsed
+
+    def stream_parse(self, template_kwargs: dict[str, Any] | None
+                     ) -> Callable[[Sequence[int], str], ParsedCompletion]:
+        """The parse of a streamed turn's output so far (:meth:`parse_turn`)."""
+        return lambda ids, finish: self.parse_turn(ids, finish, template_kwargs)
 
     def capability_report(self) -> dict[str, Any]:
         return {

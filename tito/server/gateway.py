@@ -322,10 +322,11 @@ class Gateway:
         routed, indexer = self.routing.rows(replay, result, plan, output)
         result.sampling_mask = self.routing.mask(replay, result, output)  # checked, or None
         if offload or len(output.ids) > PARSE_INLINE_MAX:
-            parsed = await self.offload(self.renderer.parse, result.output_ids,
-                                        result.finish_reason)
+            parsed = await self.offload(self.renderer.parse_turn, result.output_ids,
+                                        result.finish_reason, plan.request.template_kwargs)
         else:
-            parsed = self.renderer.parse(result.output_ids, result.finish_reason)
+            parsed = self.renderer.parse_turn(result.output_ids, result.finish_reason,
+                                              plan.request.template_kwargs)
         if plan.response_id is not None:
             stable_call_ids(parsed, plan.response_id)
         record = None

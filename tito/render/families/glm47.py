@@ -1,4 +1,4 @@
-"""``glm47``: GLM-4.5 / 4.6 / 4.7 (and GLM-5 with the same format).
+"""``glm47``: GLM-4.5 / 4.6 / 4.7 (GLM-5 / 5.1 with their own template: ``glm5``).
 
 - Template: GLM-4.7's, corrected: with ``clear_thinking=False`` (pinned) and thinking on,
   every assistant renders ``<think>R</think>`` (append-only for every role).

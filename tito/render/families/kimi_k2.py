@@ -1,4 +1,4 @@
-"""``kimi_k2``: Kimi K2 / K2-Thinking (and K2.5/K2.6 with the same markers).
+"""``kimi_k2``: Kimi K2 / K2-Thinking (K2.5 / K2.6 with their own template: ``kimi_k25``).
 
 - Template: ours, after K2-Thinking's: ``preserve_thinking=True`` (pinned) keeps
   ``<think>R</think>`` on every assistant (upstream keeps it only after the last plain answer).

@@ -74,8 +74,9 @@ class Messages:
     def events(self, ctx: TurnContext, turn: ApiTurn[Decoded], stream: TurnStream,
                response_id: str, reply: Callable[[TurnOutcome], MessageReply]
                ) -> EventStream:
-        return EventStream(live_events(stream, ctx.gateway.renderer.parse, response_id,
-                                       turn.model, reply), error_event)
+        parse = ctx.gateway.renderer.stream_parse(turn.turn.template_kwargs)
+        return EventStream(live_events(stream, parse, response_id, turn.model, reply),
+                           error_event)
 
 
 async def count_tokens(gateway: Gateway, request: Request) -> Response:

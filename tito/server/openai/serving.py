@@ -75,7 +75,8 @@ class ChatCompletions:
                response_id: str, reply: Callable[[TurnOutcome], ChatCompletion]
                ) -> EventStream:
         options = turn.request.request.stream_options
-        return EventStream(live_events(stream, ctx.gateway.renderer.parse, turn.model,
+        parse = ctx.gateway.renderer.stream_parse(turn.turn.template_kwargs)
+        return EventStream(live_events(stream, parse, turn.model,
                                        response_id, bool(options and options.include_usage),
                                        reply), error_event, DONE)
 

@@ -92,8 +92,8 @@ class Responses:
                ) -> EventStream:
         head = response_head(turn.request[0], response_id, turn.model)
         events = ResponseEvents(response_id, namespace_spaces(turn.request[0].tools))
-        return EventStream(live_events(stream, head, ctx.gateway.renderer.parse, reply,
-                                       events), events.error)
+        parse = ctx.gateway.renderer.stream_parse(turn.turn.template_kwargs)
+        return EventStream(live_events(stream, head, parse, reply, events), events.error)
 
 
 def turn_notes(ctx: TurnContext, hosted: list[str], images: list[str]
