@@ -63,6 +63,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
                            "incremental": gateway.config.incremental_routing,
                            "layers": gateway.routing.layers, "top_k": gateway.routing.top_k},
         "sampling_mask_replay": gateway.config.sampling_mask_replay,
+        "weight_versions_format": gateway.config.weight_versions_format,
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         **({} if peers is None else {"workers": peers.view()}),
@@ -223,7 +224,8 @@ async def samples(gateway: Gateway, request: Request) -> Response:
                                        lambda raw: samples_query(raw, max_depth=depth))
     if query.snapshot_id is None:
         payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
-                                        include_response=query.include_response)
+                                        include_response=query.include_response,
+                                        weight_versions_format=query.weight_versions_format)
         return Response(payload, media_type="application/octet-stream")
     snapshot = snapshot_of(session, query.snapshot_id)
     params = query.export_params()
@@ -232,7 +234,8 @@ async def samples(gateway: Gateway, request: Request) -> Response:
         cached = await samples_payload(
             gateway, session, query.max_seq_len, query.metadata,
             include_response=query.include_response, collection=snapshot.collection,
-            incomplete=not snapshot.complete)
+            incomplete=not snapshot.complete,
+            weight_versions_format=query.weight_versions_format)
         if snapshot.export is None:  # two first exports at once: the first one is kept
             snapshot.export = (params, cached)
         cached = cached_export(snapshot, params) or cached

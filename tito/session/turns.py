@@ -237,6 +237,7 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         weight_spans=None if not result.weight_versions else [
             [s.version, s.start, s.end] for s in result.weight_versions],
         finish_message=result.finish_message if result.finish_reason == "abort" else None,
+        spec_info=result.spec_info,
         request=request_facts,
     )
     return TurnCommit(plan.keep_records, plan.keep_messages, plan.appended, message,

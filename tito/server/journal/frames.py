@@ -40,6 +40,8 @@ _RECORD_FIELDS = ("turn", "drop", "finish_reason", "prompt_len", "weight_version
                   "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request",
                   "routed_experts_start_len", "indexer_topk_start_len", "weight_spans",
                   "finish_message")
+_OPTIONAL_FIELDS = ("spec_info",)
+"""Record fields written only when set (older journals lack them: the default)."""
 
 
 @dataclass(slots=True)
@@ -110,7 +112,9 @@ def turn_frame(session_id: str, turn: TurnCommit, seq: int) -> bytes:
               "keep_messages": turn.keep_messages, "appended": turn.appended,
               "message": turn.message, "tools": turn.tools, "parent": turn.parent,
               "response_id": turn.response_id,
-              "record": {name: getattr(rec, name) for name in _RECORD_FIELDS},
+              "record": {**{name: getattr(rec, name) for name in _RECORD_FIELDS},
+                         **{name: getattr(rec, name) for name in _OPTIONAL_FIELDS
+                            if getattr(rec, name) is not None}},
               "lengths": [len(getattr(rec, name)) for name, _ in _ARRAYS],
               "logprobs_dtype": np.dtype(rec.logprobs.dtype).str,
               **{f"{name}_shape": None if getattr(rec, name) is None
