@@ -47,6 +47,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "pause_mode": ({"pause_generation_mode": "freeze"},
                    ["--pause-generation-mode 'freeze'", "retract, abort, in_place"]),
     "compat": ({"compat": "slime"}, ["--compat 'slime'", "none, miles"]),
+    "weight_versions_format": ({"weight_versions_format": "strings"},
+                               ["--weight-versions-format 'strings'", "versions or spans"]),
     "hosted_tools": ({"hosted_tools": "ignore"}, ["--hosted-tools 'ignore'", "drop, error"]),
     "images": ({"images": "drop"}, ["--images 'drop'", "reject, placeholder"]),
     "side_requests": ({"side_requests": "train"}, ["--side-requests 'train'", "drop, keep"]),

@@ -115,6 +115,10 @@ class ServerConfig:
     """Ask the engine for the kept token set of every generated position (top-k / top-p /
     min-p survivors; SGLang ``return_sampling_mask``) and put ``rollout_sampling_mask``
     in the samples."""
+    weight_versions_format: str = "versions"
+    """The samples' ``weight_versions`` when a samples request does not say: ``versions``
+    (a version string per kept turn) or ``spans`` (per-call ``{version, abs_start,
+    abs_end}`` spans, the reference framework's newer ``WeightVersionsPerCall``)."""
     routing_layers: int | None = None
     """Layers per routed-experts row (None: ``num_hidden_layers`` of the model's
     ``config.json`` in the tokenizer folder)."""
@@ -248,6 +252,10 @@ RULES: tuple[Rule, ...] = (
     Rule("pause_mode", lambda c: c.pause_generation_mode not in PAUSE_MODES,
          lambda c: f"--pause-generation-mode {c.pause_generation_mode!r} is not a pause mode; "
                    f"use one of {', '.join(PAUSE_MODES)}"),
+    Rule("weight_versions_format",
+         lambda c: c.weight_versions_format not in ("versions", "spans"),
+         lambda c: f"--weight-versions-format {c.weight_versions_format!r} is not a choice; "
+                   "use versions or spans"),
     Rule("compat", lambda c: c.compat not in COMPAT,
          lambda c: f"--compat {c.compat!r} is not a choice; use one of {', '.join(COMPAT)}"),
     Rule("hosted_tools", lambda c: c.hosted_tools not in HOSTED_TOOLS,

@@ -66,6 +66,17 @@ class Sample:
 
     prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
 
+    @dataclass
+    class SpecInfo:
+        """Its speculative counters at 31f1ca96 (older names)."""
+
+        spec_accept_token_num: int = 0
+        spec_draft_token_num: int = 0
+        spec_verify_ct: int = 0
+        completion_token_num: int = 0
+
+    spec_info: SpecInfo = field(default_factory=SpecInfo)
+
 
 @dataclass
 class GenerateState:

@@ -22,6 +22,8 @@ import openai
 import pytest
 from helpers.support import Proc, start_gateway, tokenizer_dir
 
+from tito.samples import decode_samples
+
 pytestmark = pytest.mark.slow  # real processes per case (fast tier: under a minute)
 
 U1 = {"role": "user", "content": "What is 1+2?\nSAY three"}
@@ -254,6 +256,33 @@ def test_streamed_tool_calls_carry_their_index(env: Env) -> None:
         json.loads(call["function"]["arguments"])
 
 
+def test_stream_carries_usage_and_a_length_finish(env: Env) -> None:
+    resp = env.chat(env.new(), {"messages": [U1], "stream": True, "max_tokens": 1,
+                                "stream_options": {"include_usage": True}})
+    assert resp.status_code == 200
+    chunks = [json.loads(e) for e in sse_data(resp.text)[:-1]]
+    choices = [c["choices"][0] for c in chunks if c["choices"]]
+    assert choices[-1]["finish_reason"] == "length"
+    [usage] = [c["usage"] for c in chunks if c.get("usage")]
+    assert usage["completion_tokens"] == 1
+    assert usage["total_tokens"] == usage["prompt_tokens"] + 1
+    if env.miles:  # the usage rides on the one chunk
+        assert len(chunks) == 1
+
+
+def test_a_failed_stream_is_a_json_error_and_records_nothing(env: Env) -> None:
+    """The reference passes its engine's error through (its test: a 400); the engine here
+    fails with a 500, which tito answers as a 5xx: JSON, not an event stream, either way."""
+    sid = env.new()
+    resp = env.chat(sid, {"messages": [{"role": "user", "content": "hi\nFAULT http_500"}],
+                          "stream": True})
+    assert resp.status_code >= 400
+    assert resp.headers["content-type"].startswith("application/json")
+    error = resp.json()["error"]
+    assert isinstance(error, str) if env.miles else isinstance(error["message"], str)
+    assert env.get(sid)["records"] == []
+
+
 def test_stream_false_is_json(env: Env) -> None:
     resp = env.chat(env.new(), {"messages": [U1], "stream": False})
     assert resp.headers["content-type"].startswith("application/json")
@@ -395,6 +424,18 @@ def test_few_shot_retry_anchors_on_the_generated_turn(env: Env) -> None:
     assert records[-1]["request"]["messages"][-1] == T1_DIFF
 
 
+def test_samples_after_a_rollback_are_one_sample(env: Env) -> None:
+    sid, a1, _ = two_turns(env)
+    assert env.chat(sid, {"messages": [U1, a1, T1]}).status_code == 200
+    resp = httpx.post(f"{env.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200
+    decoded = decode_samples(resp.content)
+    assert decoded.empty_reason is None
+    [sample] = decoded.samples
+    assert sample.response_length > 0 and len(sample.loss_mask) == sample.response_length
+    assert sample.tokens.tolist() == env.get(sid)["metadata"]["accumulated_token_ids"]
+
+
 def test_developer_message_after_a_rollback_is_served_as_system(env: Env) -> None:
     """The reference answers 400 (``developer`` is no role it appends) after it already
     rolled back; tito, in both modes, serves it as ``system`` (OpenAI's newer name for
@@ -428,3 +469,144 @@ def test_v2_records_carry_the_active_paths_requests(qwen3_stack: tuple[Proc, Pro
         assert len(body["metadata"]["tree"]["nodes"]) == 3
     finally:
         gateway.stop()
+
+
+# -- v2 rollback pins (always-branch serving) ---------------------------------------------------
+@pytest.fixture(scope="module")
+def v2_gateways(qwen3_stack: tuple[Proc, Proc]) -> Iterator[dict[str, Proc]]:
+    engine, _ = qwen3_stack
+    started: dict[str, Proc] = {}
+    try:
+        for mode in ("none", "miles"):
+            started[mode] = start_gateway(engine.url, tokenizer_dir("qwen3"), "qwen3",
+                                          "--session-version", "v2", "--compat", mode)
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
+
+
+@pytest.fixture(params=["default", "miles"])
+def env2(request: pytest.FixtureRequest, v2_gateways: dict[str, Proc]) -> Env:
+    miles = request.param == "miles"
+    return Env(v2_gateways["miles" if miles else "none"].url, miles=miles)
+
+
+def samples_of(env: Env, sid: str) -> list[Any]:
+    resp = httpx.post(f"{env.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    return decode_samples(resp.content).samples
+
+
+def tree_of(env: Env, sid: str) -> dict[str, Any]:
+    return dict(env.get(sid)["metadata"]["tree"])
+
+
+@pytest.mark.parametrize("tool", [T1, T1_DIFF], ids=["pure_drop", "divergent"])
+def test_v2_retry_regenerates_on_a_sibling(env2: Env, tool: dict[str, Any]) -> None:
+    sid, a1, _ = two_turns(env2)
+    assert env2.chat(sid, {"messages": [U1, a1, tool]}).status_code == 200
+    records = env2.get(sid)["records"]
+    assert len(records) == 2 and records[-1]["request"]["messages"][-1] == tool
+    assert [n["parent"] for n in tree_of(env2, sid)["nodes"]] == [None, 0, 0]
+
+
+def test_v2_deep_divergence_branches_and_keeps_both_lines(env2: Env) -> None:
+    sid, a1, a2 = two_turns(env2)
+    t2 = {"role": "tool", "content": "tool-result-2", "tool_call_id": "t1"}
+    env2.turn(sid, [U1, a1, T1, a2, t2])
+    assert env2.chat(sid, {"messages": [U1, a1, T1_DIFF]}).status_code == 200
+    after = env2.get(sid)
+    assert len(after["records"]) == 2
+    tree = after["metadata"]["tree"]
+    assert len(tree["nodes"]) == 4
+    assert sorted(len(leaf["path_node_ids"]) for leaf in tree["leaves"]) == [2, 3]
+    samples = samples_of(env2, sid)
+    assert len(samples) == 2  # the deep abandoned line still trains
+    assert all(seg["req_ts"] is not None for s in samples for seg in s.metadata["lifecycle"])
+
+
+def test_v2_root_divergence_opens_a_new_line(env2: Env) -> None:
+    """The reference opens a second root in the session's tree; tito, in both modes,
+    opens a new agent context (a sub-agent) holding that root (docs/miles.md): the
+    records view stays the main agent's, and both lines train."""
+    sid = env2.new()
+    env2.turn(sid, [U1])
+    other = {"role": "user", "content": "a different opening"}
+    assert env2.chat(sid, {"messages": [other]}).status_code == 200
+    after = env2.get(sid)
+    assert len(after["records"]) == 1
+    roots = [n["parent"] for c in after["metadata"]["contexts"] for n in c["tree"]["nodes"]]
+    assert roots == [None, None]
+    assert len(samples_of(env2, sid)) == 2
+
+
+def test_v2_failed_first_turn_then_another_first_request(env2: Env) -> None:
+    sid = env2.new()
+    failed = env2.chat(sid, {"messages": [{"role": "user", "content": "hi\nFAULT http_500"}]})
+    assert failed.status_code >= 400
+    assert env2.get(sid)["records"] == []
+    other = {"role": "user", "content": "a completely different opening"}
+    assert env2.chat(sid, {"messages": [other]}).status_code == 200
+    [record] = env2.get(sid)["records"]
+    assert record["request"]["messages"] == [other]
+
+
+def test_v2_resending_the_exact_history_generates_again(env2: Env) -> None:
+    sid = env2.new()
+    a1 = env2.turn(sid, [U1])
+    assert env2.chat(sid, {"messages": [U1, a1]}).status_code == 200
+    assert len(env2.get(sid)["records"]) == 2
+
+
+def test_v2_developer_message_after_a_branch_is_served_as_system(env2: Env) -> None:
+    """The reference answers 400 here (after moving its view); tito serves ``developer``
+    as ``system`` in both modes, as in v1 (docs/miles.md)."""
+    sid, a1, _ = two_turns(env2)
+    resp = env2.chat(sid, {"messages": [U1, a1, {"role": "developer",
+                                                 "content": "another\nSAY ok"}]})
+    assert resp.status_code == 200, resp.text
+    assert len(env2.get(sid)["records"]) == 2
+
+
+def test_v2_samples_after_a_retry_are_one_sample(env2: Env) -> None:
+    sid, a1, _ = two_turns(env2)
+    assert env2.chat(sid, {"messages": [U1, a1, T1]}).status_code == 200
+    [sample] = samples_of(env2, sid)  # the superseded retry leaf is dropped
+    assert sample.response_length > 0 and len(sample.loss_mask) == sample.response_length
+
+
+def test_v2_few_shot_retry_anchors_on_the_generated_turn(env2: Env) -> None:
+    few_shot = [{"role": "user", "content": "Q-few-shot"},
+                {"role": "assistant", "content": "A-few-shot"},
+                {"role": "user", "content": "Q-real\nSAY real"}]
+    sid = env2.new()
+    a1 = env2.turn(sid, few_shot)
+    env2.turn(sid, [*few_shot, a1, T1])
+    assert env2.chat(sid, {"messages": [*few_shot, a1, T1_DIFF]}).status_code == 200
+    assert len(env2.get(sid)["records"]) == 2
+
+
+def test_v2_extending_a_length_cut_node(env2: Env) -> None:
+    sid = env2.new()
+    first = env2.chat(sid, {"messages": [U1], "max_tokens": 1})
+    assert first.status_code == 200 and first.json()["choices"][0]["finish_reason"] == "length"
+    a1 = first.json()["choices"][0]["message"]
+    extend = env2.chat(sid, {"messages": [U1, a1, T1]})
+    if env2.miles:
+        assert extend.status_code == 409
+        assert "truncated generation cannot be extended" in extend.json()["error"]
+    else:  # deliberate: --after-length-cut keep (docs/miles.md)
+        assert extend.status_code == 200
+    fresh = {"role": "user", "content": "fresh"}
+    assert env2.chat(sid, {"messages": [fresh]}).status_code == 200
+
+
+def test_v2_a_carried_assistant_commits_under_the_first_node(env2: Env) -> None:
+    sid = env2.new()
+    a1 = env2.turn(sid, [U1])
+    carried = {"role": "assistant", "content": "compacted summary of earlier work"}
+    go = {"role": "tool", "content": "go", "tool_call_id": "t1"}
+    assert env2.chat(sid, {"messages": [U1, a1, T1, carried, go]}).status_code == 200
+    nodes = tree_of(env2, sid)["nodes"]
+    assert len(nodes) == 2 and nodes[1]["parent"] == nodes[0]["id"]

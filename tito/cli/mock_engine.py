@@ -67,13 +67,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inject a failure into every /generate reply (repeatable; one "
                              "request: a 'FAULT <mode> [<arg>]' directive line); modes: "
                              + ", ".join(FAULT_MODES))
+    _decoding_arguments(parser)
+    parser.add_argument("--log-level", default="warning",
+                        choices=["critical", "error", "warning", "info", "debug"],
+                        help="uvicorn log level")
+
+
+def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the fake decoding reports itself (speculative counters, stream chunks)."""
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=0, metavar="N",
+                        help="fake speculative decoding with N draft tokens per verify step "
+                             "(SGLang's flag of that name): final meta_info carries "
+                             "spec_verify_ct, spec_num_correct_drafts and "
+                             "spec_num_proposed_drafts; 0 (default): off")
     parser.add_argument("--incremental-streaming-output", action="store_true",
                         help="stream chunks carry the ids, logprobs and text since the "
                              "previous chunk (SGLang's flag of that name); default: every "
                              "chunk carries everything so far, as SGLang's default")
-    parser.add_argument("--log-level", default="warning",
-                        choices=["critical", "error", "warning", "info", "debug"],
-                        help="uvicorn log level")
 
 
 def config_from_args(args: argparse.Namespace) -> MockConfig:
@@ -87,6 +97,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         indexer_layers=args.indexer_layers, indexer_topk=args.indexer_topk,
         request_log_size=args.request_log_size, keepalive_timeout=args.keepalive_timeout,
         faults=tuple(args.fault),
+        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
         incremental_streaming_output=args.incremental_streaming_output,
     )
 
@@ -95,6 +106,8 @@ def config_problem(config: MockConfig) -> str | None:
     """Why ``config`` cannot be served (None: it can)."""
     if config.topk < 1 or config.num_layers < 1 or config.topk > config.num_experts:
         return "need 1 <= --topk <= --num-experts and --num-layers >= 1"
+    if config.speculative_num_draft_tokens < 0:
+        return "--speculative-num-draft-tokens must be 0 (off) or more"
     if config.context_length < 2:
         return "--context-length must be at least 2"
     if not config.keepalive_timeout > 0:

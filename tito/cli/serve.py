@@ -151,6 +151,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
                         "every generated position (top-k / top-p truncation; SGLang "
                         "return_sampling_mask) and put rollout_sampling_mask (int32 ids) and "
                         "rollout_sampling_mask_offsets (int64) in the samples")
+    p.add_argument("--weight-versions-format", default="versions",
+                   choices=["versions", "spans"],
+                   help="samples' weight_versions: one version string per kept turn "
+                        "(versions, the reference framework's merged wire) or per engine call "
+                        "the {version, abs_start, abs_end} spans over tokens (spans, its "
+                        "newer WeightVersionsPerCall); a samples request's "
+                        "weight_versions_format overrides it")
     p.add_argument("--routing-layers", type=int, default=None, metavar="N",
                    help="layers per routed-experts row (default: num_hidden_layers of the "
                         "model's config.json in the --tokenizer folder)")
@@ -196,6 +203,7 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
             "routing_replay": args.routing_replay, "routing_layers": args.routing_layers,
             "indexer_replay": args.indexer_replay,
             "sampling_mask_replay": args.sampling_mask_replay,
+            "weight_versions_format": args.weight_versions_format,
             "lora_name": args.lora_name, "partial_rollout": args.partial_rollout,
             "hosted_tools": args.hosted_tools, "images": args.images,
             "side_requests": args.side_requests,

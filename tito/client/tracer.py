@@ -178,14 +178,16 @@ class SessionTracer:
                       metadata: dict[str, Any] | None = None,
                       include_response: bool = True,
                       abort_on_transport_error: bool = True,
-                      snapshot_id: str | None = None) -> DecodedSamples:
+                      snapshot_id: str | None = None,
+                      weight_versions_format: str | None = None) -> DecodedSamples:
         """Assemble and fetch the samples, then delete the session (always).
 
         ``include_response=False`` leaves the decoded response text out of the payload
         (``Sample.response`` is None): the reply is then the tensors plus small JSON.
         ``abort_on_transport_error=False`` raises the timeout or transport error instead
         of returning one ABORTED sample. ``snapshot_id``: the snapshot a :meth:`finish`
-        sealed (the newer lifecycle).
+        sealed (the newer lifecycle). ``weight_versions_format``: ``versions`` or
+        ``spans`` (``Sample.weight_version_calls`` filled); None: the gateway's default.
         """
         body: dict[str, Any] = {"max_seq_len": max_seq_len}
         if snapshot_id is not None:
@@ -194,6 +196,8 @@ class SessionTracer:
             body["metadata"] = metadata
         if not include_response:
             body["include_response"] = False
+        if weight_versions_format is not None:
+            body["weight_versions_format"] = weight_versions_format
         try:
             try:
                 resp = await self._post_samples(session, body)

@@ -220,6 +220,13 @@ class ReplyCheck:
             raise self.error(f"meta_info.weight_version is {_kind(value)}, not a string")
         return value
 
+    def spec_info(self, meta: dict[str, Any]) -> dict[str, int | float] | None:
+        """The numeric ``spec_*`` counters of ``meta_info`` (speculative decoding); None
+        when there are none. Other ``spec_*`` values (e.g. a histogram) are not kept."""
+        out = {key: value for key, value in meta.items()
+               if key.startswith("spec_") and _is_number(value)}
+        return out or None
+
     def e2e_latency(self, meta: dict[str, Any]) -> float | None:
         value = meta.get("e2e_latency")
         if value is None:
@@ -313,6 +320,7 @@ def parse_generate_response(data: Any, *, rid: str,
         indexer_topk_num_layers=reply.optional_count(meta, "indexer_topk_num_layers"),
         sampling_mask=reply.sampling_mask(meta),
         e2e_latency=reply.e2e_latency(meta),
+        spec_info=reply.spec_info(meta),
         finish_message=reply.finish_message(meta),
         checked=CheckedOutput(np.array(output_ids, dtype=IDS_DTYPE),
                               compact_logprobs(logprobs)),

@@ -43,6 +43,7 @@ import inspect
 import logging
 import os
 import random
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -246,7 +247,8 @@ async def run_trajectory(args: Any, sample: Any, sampling_params: dict[str, Any]
         finished = agent_outcome(result, agent_meta)
     try:
         decoded = await collect(tracer, session, settings, agent_meta,
-                                producer_finished=finished and "agent_error" not in agent_meta)
+                                producer_finished=finished and "agent_error" not in agent_meta,
+                                per_call=weight_versions_type(sample) is not None)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
         log.warning("[session=%s] collecting failed: %r", session.session_id, exc)
         failed = aborted_copy(sample, f"collect failed: {exc!r}")
@@ -282,11 +284,12 @@ def agent_outcome(result: Any, agent_meta: dict[str, Any]) -> bool:
 
 
 async def collect(tracer: SessionTracer, session: TracedSession, settings: Settings,
-                  agent_meta: dict[str, Any], *, producer_finished: bool = True
-                  ) -> DecodedSamples:
+                  agent_meta: dict[str, Any], *, producer_finished: bool = True,
+                  per_call: bool = False) -> DecodedSamples:
     """Collect in the configured lifecycle: ``finish`` (an agent that raised, or said it
     did not finish, leaves an incomplete snapshot) -> samples of its snapshot -> delete,
-    or ``samples`` -> delete. The session is deleted whatever happens."""
+    or ``samples`` -> delete. The session is deleted whatever happens. ``per_call``: ask
+    for the weight versions as per-call spans (a framework with ``WeightVersionsPerCall``)."""
     snapshot = None
     if settings.lifecycle == "finish":
         try:
@@ -298,7 +301,8 @@ async def collect(tracer: SessionTracer, session: TracedSession, settings: Setti
             raise
     return await tracer.collect(session, max_seq_len=settings.max_seq_len,
                                 metadata=agent_meta, abort_on_transport_error=False,
-                                snapshot_id=snapshot)
+                                snapshot_id=snapshot,
+                                weight_versions_format="spans" if per_call else None)
 
 
 RETRY_CREATE = frozenset({429, 502, 503, 504})
@@ -383,8 +387,10 @@ def overlay(sample: Sample, template: Any) -> Any:
         out.rollout_sampling_mask = sample.rollout_sampling_mask
         out.rollout_sampling_mask_offsets = sample.rollout_sampling_mask_offsets
     out.status = status_value(template, sample.status)
-    out.weight_versions = list(sample.weight_versions)
+    out.weight_versions = framework_weight_versions(sample, template)
     out.prefix_cache_info = _prefix_cache_info(template, sample.prefix_cache_info)
+    if sample.spec_info is not None and hasattr(template, "spec_info"):
+        out.spec_info = framework_spec_info(template, sample.spec_info)
     out.metadata = {**(getattr(template, "metadata", None) or {}), **sample.metadata}
     if sample.reward is not None:
         out.reward = sample.reward
@@ -406,6 +412,52 @@ def status_value(template: Any, status: str) -> Any:
         current = getattr(template, "status", None)
         kind = type(current) if isinstance(current, enum.Enum) else None
     return status if kind is None else kind(status)
+
+
+def weight_versions_type(template: Any) -> Any:
+    """The framework's ``WeightVersionsPerCall`` (its newer ``Sample.weight_versions``
+    holds one per engine call), found beside its ``Sample`` type; None for a framework
+    whose ``weight_versions`` is a list of version strings."""
+    module = sys.modules.get(type(template).__module__)
+    found = getattr(module, "WeightVersionsPerCall", None)
+    return found if callable(getattr(found, "from_dicts", None)) else None
+
+
+def framework_weight_versions(sample: Sample, template: Any) -> list[Any]:
+    """``sample``'s weight versions in the framework's type: one ``WeightVersionsPerCall``
+    per kept turn (its ``{version, abs_start, abs_end}`` spans over ``tokens``) when it
+    has that type, else one version string per kept turn."""
+    per_call = weight_versions_type(template)
+    if per_call is None:
+        return list(sample.weight_versions)
+    return [per_call.from_dicts([dict(span) for span in call])
+            for call in sample.weight_version_calls]
+
+
+SPEC_FIELDS = (("spec_num_correct_drafts", "spec_accept_token_num"),
+               ("spec_num_proposed_drafts", "spec_draft_token_num"),
+               ("spec_verify_ct", "spec_verify_ct"),
+               ("completion_tokens", "completion_token_num"))
+"""Our ``spec_info`` counters -> the framework's ``SpecInfo`` attributes: its newer
+names, or those of 31f1ca96."""
+
+
+def framework_spec_info(template: Any, info: dict[str, int]) -> Any:
+    """``info`` as a fresh instance of the framework's ``SpecInfo`` type (either naming of
+    its counters), or a plain dict when it has none."""
+    current = getattr(template, "spec_info", None)
+    kind: Any = type(current)
+    try:
+        out = kind() if current is not None else None
+    except TypeError:
+        out = None
+    if out is None:
+        return dict(info)
+    for ours, older in SPEC_FIELDS:
+        name = ours if hasattr(out, ours) else older
+        if hasattr(out, name):
+            setattr(out, name, int(info.get(ours, 0)))
+    return out
 
 
 def _prefix_cache_info(template: Any, info: dict[str, int]) -> Any:

@@ -258,6 +258,10 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
     sample_metadata["lifecycle"] = [_lifecycle(t.record, turns[k - 1].record if k else None)
                                     for k, t in enumerate(turns)]
     sample_metadata["weight_version_spans"] = _weight_spans(turns)
+    spec_turns = [{"turn": k, **t.record.spec_info} for k, t in enumerate(turns)
+                  if t.record.spec_info is not None]
+    if spec_turns:
+        sample_metadata["spec_info_turns"] = spec_turns
     for key, reason in (("length_cut_turns", "length"), ("aborted_turns", "abort")):
         cuts = _cuts(turns, reason)
         if cuts:
@@ -281,6 +285,9 @@ def _build(turns: list[_Turn], *, decode: Decode | None, metadata: dict[str, Any
         response=None if decode is None else decode(tokens[len(prompt) :].tolist()),
         status=turns[-1].status,
         weight_versions=[t.record.weight_version for t in turns],
+        weight_version_calls=weight_version_calls(
+            [(t.record, span) for t, span in zip(turns, _spans(turns), strict=True)]),
+        spec_info=spec_info([t.record for t in turns]),
         metadata=sample_metadata,
         prefix_cache_info={"cached_tokens": sum(t.record.cached_tokens for t in turns),
                            "total_prompt_tokens": sum(t.record.prompt_len for t in turns)},
@@ -304,6 +311,47 @@ def _weight_spans(turns: list[_Turn]) -> list[dict[str, Any]]:
             else:
                 spans.append({"version": version, "start": lo, "end": hi})
     return spans
+
+
+def weight_version_calls(turns: list[tuple[TurnRecord, tuple[int, int]]]
+                         ) -> list[list[dict[str, Any]]]:
+    """Per kept turn (record, (start, end) of its kept generated ids in ``tokens``):
+    ``[{"version", "abs_start", "abs_end"}]``, the engine's spans (or its one version
+    over the whole output) placed in ``tokens`` and clipped to the ids kept (trailing
+    trim, ``max_seq_len`` cut); empty spans and unversioned turns give none."""
+    calls: list[list[dict[str, Any]]] = []
+    for rec, (start, end) in turns:
+        parts = rec.weight_spans or ([] if rec.weight_version is None else
+                                     [[rec.weight_version, 0, len(rec.output_ids)]])
+        calls.append([{"version": version, "abs_start": start + a,
+                       "abs_end": min(start + b, end)}
+                      for version, a, b in parts if start + a < min(start + b, end)])
+    return calls
+
+
+SPEC_KEYS = {"spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accept_token_num"),
+             "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_draft_token_num"),
+             "spec_verify_ct": ("spec_verify_ct",)}
+"""The reference framework's ``SpecInfo`` counters and the engine keys they sum (SGLang's
+current names first, its older ones after)."""
+
+
+def spec_info(records: list[TurnRecord]) -> dict[str, int] | None:
+    """The kept turns' speculative-decoding counters summed as the reference framework's
+    ``SpecInfo.add`` does (turns with ``spec_verify_ct > 0``; ``completion_tokens`` is the
+    turn's generated count); None when no kept turn reported any."""
+    reported = [rec for rec in records if rec.spec_info is not None]
+    if not reported:
+        return None
+    total = dict.fromkeys((*SPEC_KEYS, "completion_tokens"), 0)
+    for rec in reported:
+        counters = rec.spec_info or {}
+        if int(counters.get("spec_verify_ct") or 0) <= 0:
+            continue
+        for name, keys in SPEC_KEYS.items():
+            total[name] += int(next((counters[k] for k in keys if k in counters), 0))
+        total["completion_tokens"] += len(rec.output_ids)
+    return total
 
 
 def _lifecycle(rec: TurnRecord, previous: TurnRecord | None) -> dict[str, Any]:

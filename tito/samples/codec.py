@@ -11,9 +11,17 @@ One safetensors container:
 
     {"format_version": 1,
      "samples": [{"response", "response_length", "status", "weight_versions",
-                  "metadata", "reward", "nulls": [<tensor fields that are None>]}],
+                  "metadata", "reward", "prefix_cache_info", "spec_info"?,
+                  "nulls": [<tensor fields that are None>]}],
      "session_metadata": {...},
      "empty_reason": null | "no_records" | "all_truncated" | "incomplete"}
+
+``weight_versions`` is one version string per kept turn (format ``versions``, the
+default and the reference framework's merged wire), or with ``weight_versions_format
+spans`` one list per kept turn of ``{"version", "abs_start", "abs_end"}`` spans over
+``tokens`` (its newer ``WeightVersionsPerCall`` wire), the strings then riding along as
+``turn_weight_versions``. ``spec_info`` (speculative-decoding counters) is there only
+when a kept turn reported some.
 
 Encoding makes arrays contiguous and converts a dtype only when every value survives
 (routed experts must already be int32). Decoding trusts nothing: every missing, extra,
@@ -79,6 +87,8 @@ _JSON_KEYS = ("response", "response_length", "status", "weight_versions", "metad
 _REFERENCE_KEYS = ("response", "response_length", "status", "weight_versions",
                    "prefix_cache_info", "metadata")
 """The reference framework's per-sample keys (its v2 adds ``reward``)."""
+WEIGHT_VERSIONS_FORMATS = ("versions", "spans")
+"""``weight_versions`` on the wire: a version string per kept turn, or per-call spans."""
 REFERENCE_LAYOUT = 0
 """A ``_samples_meta`` without ``format_version``: written by the reference session server."""
 
@@ -100,15 +110,21 @@ class DecodedSamples:
 
 
 def encode_samples(
-    samples: Sequence[Sample], *, session_metadata: dict[str, Any], empty_reason: str | None
+    samples: Sequence[Sample], *, session_metadata: dict[str, Any], empty_reason: str | None,
+    weight_versions_format: str = "versions",
 ) -> bytes:
     """Serialize ``samples`` and the session metadata into one safetensors container.
 
-    ``empty_reason`` must be None exactly when ``samples`` is non-empty. JSON values may
+    ``empty_reason`` must be None exactly when ``samples`` is non-empty.
+    ``weight_versions_format``: ``versions`` or ``spans`` (see the module). JSON values may
     hold numpy scalars/arrays (they decode as plain numbers/lists); a non-finite reward
     or a value JSON cannot hold is a :class:`CodecError`.
     """
     _check_envelope(len(samples), session_metadata, empty_reason, where="encode")
+    if weight_versions_format not in WEIGHT_VERSIONS_FORMATS:
+        raise CodecError(f"weight_versions_format must be one of "
+                         f"{list(WEIGHT_VERSIONS_FORMATS)}, got {weight_versions_format!r}")
+    spans = weight_versions_format == "spans"
     tensors: dict[str, np.ndarray] = {}
     metas: list[dict[str, Any]] = []
     for i, sample in enumerate(samples):
@@ -125,18 +141,7 @@ def encode_samples(
                     nulls.append(spec.name)
             else:
                 tensors[f"{spec.name}.{i}"] = _to_wire(value, spec, i)
-        metas.append(
-            {
-                "response": sample.response,
-                "response_length": int(sample.response_length),
-                "status": sample.status,
-                "weight_versions": sample.weight_versions,
-                "metadata": sample.metadata,
-                "reward": None if sample.reward is None else float(sample.reward),
-                "prefix_cache_info": sample.prefix_cache_info,
-                "nulls": nulls,
-            }
-        )
+        metas.append(_sample_meta(sample, nulls, spans=spans))
     document = {
         "format_version": FORMAT_VERSION,
         "samples": metas,
@@ -149,6 +154,25 @@ def encode_samples(
         raise CodecError(f"{META_KEY} cannot be serialized as JSON: {exc}") from exc
     tensors[META_KEY] = np.frombuffer(meta, dtype=np.uint8).copy()
     return safetensors.numpy.save(tensors)
+
+
+def _sample_meta(sample: Sample, nulls: list[str], *, spans: bool) -> dict[str, Any]:
+    """A sample's ``_samples_meta`` entry (``spans``: per-call weight version spans)."""
+    entry: dict[str, Any] = {
+        "response": sample.response,
+        "response_length": int(sample.response_length),
+        "status": sample.status,
+        "weight_versions": sample.weight_version_calls if spans else sample.weight_versions,
+        "metadata": sample.metadata,
+        "reward": None if sample.reward is None else float(sample.reward),
+        "prefix_cache_info": sample.prefix_cache_info,
+        "nulls": nulls,
+    }
+    if spans:
+        entry["turn_weight_versions"] = sample.weight_versions
+    if sample.spec_info is not None:
+        entry["spec_info"] = sample.spec_info
+    return entry
 
 
 def _to_wire(value: np.ndarray, spec: _TensorField, index: int) -> np.ndarray:
@@ -301,7 +325,8 @@ def _decode_sample(
         rollout_sampling_mask_offsets=arrays.get("rollout_sampling_mask_offsets"),
         response=entry["response"],
         status=entry["status"],
-        weight_versions=entry["weight_versions"],
+        **_weight_versions(i, entry),
+        spec_info=entry.get("spec_info"),
         metadata=entry["metadata"],
         reward=entry.get("reward"),
         prefix_cache_info=_prefix_cache_info(i, entry.get("prefix_cache_info")),
@@ -312,6 +337,20 @@ def _decode_sample(
     if sample.reward is not None:
         sample.reward = float(sample.reward)
     return sample
+
+
+def _weight_versions(i: int, entry: dict[str, Any]) -> dict[str, Any]:
+    """``weight_versions`` (strings per turn) and ``weight_version_calls`` of a sample
+    meta in either format. A spans payload without ``turn_weight_versions`` (the
+    reference framework's newer wire) gives each turn the version of its last span."""
+    value = entry["weight_versions"]
+    if not (isinstance(value, list) and value and all(isinstance(v, list) for v in value)):
+        return {"weight_versions": value, "weight_version_calls": []}
+    versions = entry.get("turn_weight_versions")
+    if versions is None:
+        versions = [call[-1].get("version") if call and isinstance(call[-1], dict) else None
+                    for call in value]
+    return {"weight_versions": versions, "weight_version_calls": value}
 
 
 def _read_tensor(
@@ -350,6 +389,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META_KEY",
     "TENSOR_FIELDS",
+    "WEIGHT_VERSIONS_FORMATS",
     "CodecError",
     "DecodedSamples",
     "decode_samples",

@@ -77,6 +77,16 @@ class Sample:
     status: SampleStatus = "completed"
     weight_versions: list[str | None] = field(default_factory=list)
     """Engine weight version of each kept turn, in order."""
+    weight_version_calls: list[list[dict[str, Any]]] = field(default_factory=list)
+    """Per kept turn (one engine call each), which weight version generated which ids:
+    ``[{"version", "abs_start", "abs_end"}]`` over positions of ``tokens`` (the reference
+    framework's ``WeightVersionsPerCall``); ``[]`` for a turn whose engine reported no
+    version. On the wire only when asked for (``weight_versions_format: spans``)."""
+    spec_info: dict[str, int] | None = None
+    """Speculative-decoding counters summed over the kept turns, in the reference
+    framework's ``SpecInfo`` shape (``spec_num_correct_drafts``,
+    ``spec_num_proposed_drafts``, ``spec_verify_ct``, ``completion_tokens``); None when
+    no kept turn reported any."""
     metadata: dict[str, Any] = field(default_factory=dict)
     reward: float | None = None
     prefix_cache_info: dict[str, int] = field(default_factory=lambda: {
@@ -116,7 +126,7 @@ def sample_problem(sample: Sample) -> str | None:
     converts or rejects those itself). Callers wrap the message in their own error type.
     """
     for check in (_length_problem, _training_fields_problem, _routed_experts_problem,
-                  _sampling_mask_problem, _json_fields_problem):
+                  _sampling_mask_problem, _json_fields_problem, _weight_calls_problem):
         problem = check(sample)
         if problem is not None:
             return problem
@@ -203,8 +213,37 @@ def _json_fields_problem(sample: Sample) -> str | None:
     return None
 
 
+def _weight_calls_problem(sample: Sample) -> str | None:
+    """``weight_version_calls``: a list of calls, each a list of spans
+    ``{version: str, abs_start: int, abs_end: int}`` that rise without overlap inside
+    ``tokens`` (the reference framework's ``Sample.validate`` rule)."""
+    calls = sample.weight_version_calls
+    if not isinstance(calls, list) or not all(isinstance(c, list) for c in calls):
+        return f"weight_version_calls must be a list of lists of spans, got {calls!r}"
+    previous_end = 0
+    for span in (span for call in calls for span in call):
+        if not (isinstance(span, dict) and set(span) == _SPAN_KEYS
+                and isinstance(span["version"], str) and span["version"]
+                and _is_int(span["abs_start"]) and _is_int(span["abs_end"])):
+            return ("weight version span must be {version: non-empty str, abs_start: int, "
+                    f"abs_end: int}}, got {span!r}")
+        if not previous_end <= span["abs_start"] < span["abs_end"] <= len(sample.tokens):
+            return (f"invalid weight version span {span} (previous end {previous_end}, "
+                    f"len(tokens) {len(sample.tokens)})")
+        previous_end = span["abs_end"]
+    info = sample.spec_info
+    if info is not None and not (isinstance(info, dict) and all(
+            isinstance(k, str) and _is_int(v) for k, v in info.items())):
+        return f"spec_info must be an object of integer counters, got {info!r}"
+    return None
+
+
+_SPAN_KEYS = frozenset({"version", "abs_start", "abs_end"})
+
+
 def samples_identical(a: Sample, b: Sample) -> bool:
-    """Bitwise equality: same dtypes, shapes and bytes (so ``0.0 != -0.0``), same JSON fields."""
+    """Bitwise equality: same dtypes, shapes and bytes (so ``0.0 != -0.0``), same JSON fields
+    (``weight_version_calls`` aside: a payload carries it only in the spans format)."""
     for name in ("tokens", "loss_mask", "rollout_log_probs", *REPLAY_FIELDS, *MASK_FIELDS):
         x, y = getattr(a, name), getattr(b, name)
         if (x is None) != (y is None):
@@ -216,6 +255,7 @@ def samples_identical(a: Sample, b: Sample) -> bool:
         and a.response == b.response
         and a.status == b.status
         and a.weight_versions == b.weight_versions
+        and a.spec_info == b.spec_info
         and a.metadata == b.metadata
         and _same_reward(a.reward, b.reward)
     )

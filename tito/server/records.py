@@ -50,6 +50,11 @@ def _meta_info(rec: TurnRecord, include_ids: bool) -> dict[str, Any]:
         "output_token_logprobs": [[float(lp), int(t), None] for lp, t
                                   in zip(rec.logprobs, rec.output_ids, strict=True)],
     }
+    if rec.weight_spans:
+        meta["weight_versions"] = [{"version": v, "start": a, "end": b}
+                                   for v, a, b in rec.weight_spans]
+    if rec.spec_info:
+        meta.update(rec.spec_info)
     if include_ids:  # the replay payloads: megabytes on a big MoE
         for key, rows, start in (("routed_experts", rec.routed_experts,
                                   rec.routed_experts_start_len),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tito.samples import encode_samples
+from tito.samples.codec import WEIGHT_VERSIONS_FORMATS
 from tito.samples.sample import Sample
 from tito.server.http import check_depth, decode_json
 from tito.session import Session
@@ -33,10 +34,13 @@ class SamplesQuery:
     include_response: bool = True
     snapshot_id: str | None = None
     """The snapshot a finish sealed (None: what is committed now)."""
+    weight_versions_format: str | None = None
+    """``versions`` or ``spans`` (None: ``--weight-versions-format``)."""
 
     def export_params(self) -> tuple[Any, ...]:
         """What a snapshot's repeated export must ask again."""
-        return (self.max_seq_len, self.metadata, self.include_response)
+        return (self.max_seq_len, self.metadata, self.include_response,
+                self.weight_versions_format)
 
 
 def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
@@ -45,7 +49,8 @@ def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
     data = decode_json(raw, allow_empty=True)
     if not isinstance(data, dict):
         raise BadRequest("samples body must be a JSON object")
-    unknown = set(data) - {"max_seq_len", "metadata", "include_response", "snapshot_id"}
+    unknown = set(data) - {"max_seq_len", "metadata", "include_response", "snapshot_id",
+                           "weight_versions_format"}
     if unknown:
         raise BadRequest(f"unknown samples field(s): {sorted(unknown)}")
     max_seq_len = data.get("max_seq_len")
@@ -62,7 +67,11 @@ def samples_query(raw: bytes, *, max_depth: int) -> SamplesQuery:
     snapshot_id = data.get("snapshot_id")
     if snapshot_id is not None and (not isinstance(snapshot_id, str) or not snapshot_id):
         raise BadRequest("snapshot_id must be the string a finish returned, or null")
-    return SamplesQuery(max_seq_len, metadata, include_response, snapshot_id)
+    wv_format = data.get("weight_versions_format")
+    if wv_format is not None and wv_format not in WEIGHT_VERSIONS_FORMATS:
+        raise BadRequest(f"weight_versions_format must be one of "
+                         f"{list(WEIGHT_VERSIONS_FORMATS)} or null, got {wv_format!r}")
+    return SamplesQuery(max_seq_len, metadata, include_response, snapshot_id, wv_format)
 
 
 def collect_settings(gateway: Gateway, *, max_seq_len: int | None = None,
@@ -82,21 +91,23 @@ async def samples_payload(gateway: Gateway, session: Session, max_seq_len: int |
                           metadata: dict[str, Any] | None, *,
                           include_response: bool = True,
                           collection: Collection | None = None,
-                          incomplete: bool = False, instance_id: str | None = None) -> bytes:
+                          incomplete: bool = False, instance_id: str | None = None,
+                          weight_versions_format: str | None = None) -> bytes:
     """Assemble and encode the session's samples from what is committed (or from
     ``collection``, a finish's snapshot; ``incomplete``: no samples, empty_reason
     ``incomplete``; ``instance_id``: the gateway instance that sealed it, before a
-    restart)."""
+    restart); ``weight_versions_format`` None: ``--weight-versions-format``."""
     settings = collect_settings(gateway, max_seq_len=max_seq_len,
                                 include_response=include_response, agent_metadata=metadata)
     if instance_id is not None and instance_id != gateway.instance_id:
         settings = replace(settings, describer=Describer(gateway.renderer, instance_id))
+    wv_format = weight_versions_format or gateway.config.weight_versions_format
     return await gateway.offload(_encoded, gateway, collection or session.collection(),
-                                 settings, incomplete)
+                                 settings, incomplete, wv_format)
 
 
 def _encoded(gateway: Gateway, collection: Collection, settings: CollectSettings,
-             incomplete: bool = False) -> bytes:
+             incomplete: bool = False, weight_versions_format: str = "versions") -> bytes:
     collected = collection.collect(settings)
     if incomplete:  # an incomplete trace trains nothing (the reference's rule)
         return encode_samples([], session_metadata=collected.session_metadata,
@@ -105,7 +116,8 @@ def _encoded(gateway: Gateway, collection: Collection, settings: CollectSettings
         gateway.metrics.inc("leaf_samples_total", collected.leaf_samples)
     count_samples(gateway, collected.samples)
     return encode_samples(collected.samples, session_metadata=collected.session_metadata,
-                          empty_reason=collected.empty_reason)
+                          empty_reason=collected.empty_reason,
+                          weight_versions_format=weight_versions_format)
 
 
 def count_samples(gateway: Gateway, samples: list[Sample]) -> None:

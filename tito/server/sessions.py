@@ -74,6 +74,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
                            "incremental": gateway.config.incremental_routing,
                            "layers": gateway.routing.layers, "top_k": gateway.routing.top_k},
         "sampling_mask_replay": gateway.config.sampling_mask_replay,
+        "weight_versions_format": gateway.config.weight_versions_format,
         "message_matcher": gateway.config.message_matcher,
         "sessions": len(gateway.store),
         **({} if peers is None else {"workers": peers.view()}),
@@ -237,18 +238,19 @@ async def samples(gateway: Gateway, request: Request) -> Response:
                                        lambda raw: samples_query(raw, max_depth=depth))
     if query.snapshot_id is None:
         payload = await samples_payload(gateway, session, query.max_seq_len, query.metadata,
-                                        include_response=query.include_response)
+                                        include_response=query.include_response,
+                                        weight_versions_format=query.weight_versions_format)
         return Response(payload, media_type="application/octet-stream")
     snapshot = snapshot_of(session, query.snapshot_id)
     params = query.export_params()
     cached = cached_export(snapshot, params)
     if cached is None:
         params = journaled_params(snapshot) or params  # rebuilt as it was first asked
-        max_seq_len, metadata, include_response = params
+        max_seq_len, metadata, include_response, wv_format = params
         cached = await samples_payload(
             gateway, session, max_seq_len, metadata, include_response=include_response,
             collection=snapshot.collection, incomplete=not snapshot.complete,
-            instance_id=snapshot.instance_id)
+            instance_id=snapshot.instance_id, weight_versions_format=wv_format)
         check_rebuilt(snapshot, params, cached)
         if snapshot.export is None:  # two first exports at once: the first one is kept
             snapshot.export = (params, cached)

@@ -82,10 +82,13 @@ def per_turn(records: list[TurnRecord], fact: str) -> list[dict[str, Any]]:
 
 
 def tree_view(nodes: list[Node], active_leaf: int | None) -> dict[str, Any]:
-    """``metadata.tree``: every node and every leaf with its path (design §5.2)."""
+    """``metadata.tree``: every node and every leaf with its path (design §5.2); each
+    node has the reference framework's keys (``id``, ``parent``, ``seq`` = its commit
+    order, ``truncated``, ``committed_at``, ``completion_span``, ``num_tokens``,
+    ``response_id``) and tito's (``depth``, ``rewrote``, ``finish_reason``)."""
     return {
         "active_leaf": active_leaf,
-        "nodes": [{"id": n.id, "parent": n.parent, "depth": n.depth,
+        "nodes": [{"id": n.id, "parent": n.parent, "seq": n.id, "depth": n.depth,
                    "truncated": n.truncated, "completion_span": list(n.completion_span),
                    "num_tokens": n.record.checkpoint_len,
                    "rewrote": n.record.request.get("rewrote", []), "finish_reason":

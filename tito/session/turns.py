@@ -237,6 +237,7 @@ def build_commit(plan: TurnPlan, result: GenerateResult, output: CheckedOutput,
         weight_spans=None if not result.weight_versions else [
             [s.version, s.start, s.end] for s in result.weight_versions],
         finish_message=result.finish_message if result.finish_reason == "abort" else None,
+        spec_info=result.spec_info,
         request=request_facts,
         generation_id=plan.response_id,
         links=None if plan.request.links is None else plan.request.links.to_json() or None,

@@ -106,6 +106,10 @@ class GenerateResult:
     """The kept token set of each output id (sampling-mask replay), as the engine sent
     it; its length is checked against the output by the gateway."""
     e2e_latency: float | None = None
+    spec_info: dict[str, int | float] | None = None
+    """The engine's speculative-decoding counters of this request (SGLang's ``spec_*``
+    keys of ``meta_info``, e.g. ``spec_verify_ct``, ``spec_num_correct_drafts``), as it
+    sent them; None when it sent none (speculative decoding off)."""
     finish_message: str | None = None
     """Why the engine aborted the request (``finish_reason`` ``abort``), when it says."""
     extra: dict[str, object] = field(default_factory=dict)

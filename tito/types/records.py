@@ -63,6 +63,9 @@ class TurnRecord:
     weight_spans: list[list[Any]] | None = None
     """``[version, start, end]`` over output indices when the weights changed while this
     turn was generated; None: every output id came from ``weight_version``."""
+    spec_info: dict[str, Any] | None = None
+    """The engine's speculative-decoding counters of this turn (its ``spec_*``
+    ``meta_info`` keys, as sent); None without speculative decoding."""
     finish_message: str | None = None
     """The engine's reason for an ``abort`` finish (e.g. a pause in ``abort`` mode)."""
     request: dict[str, Any] = field(default_factory=dict)

@@ -62,6 +62,11 @@ class MockConfig:
     faults: tuple[str, ...] = ()
     """``MODE[:ARG]`` faults given to every ``/generate`` request
     (:mod:`tito.engines.mock.faults`)."""
+    speculative_num_draft_tokens: int = 0
+    """SGLang's ``--speculative-num-draft-tokens`` (0: speculative decoding off). On, the
+    final ``meta_info`` carries the counters SGLang reports (``spec_verify_ct``,
+    ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``) of a deterministic
+    acceptance pattern (:func:`tito.engines.mock.replies.spec_counters`)."""
     incremental_streaming_output: bool = False
     """SGLang's ``--incremental-streaming-output``: stream chunks carry the ids (and
     logprobs, text) since the previous chunk instead of everything so far."""

@@ -66,6 +66,8 @@ class Replies:
                     {"version": v, "start": start, "end": min(end, n)}
                     for (v, start), end in zip(req.versions, ends, strict=True)
                     if start < n]
+        if final and self.config.speculative_num_draft_tokens > 0:
+            meta.update(spec_counters(n, self.config.speculative_num_draft_tokens))
         if body.get("return_logprob"):
             self._add_logprobs(meta, req, plan, out)
         if final and body.get("return_routed_experts") and \
@@ -271,3 +273,19 @@ def indexer_rows(seq: list[int], start: int, *, layers: int, topk: int) -> np.nd
     picks = (mixed[:, :, None] >> (np.arange(topk, dtype=np.uint64) * np.uint64(7)
                                    + np.uint64(5))) % (pos[:, None, None] + np.uint64(1))
     return picks.astype(np.int32)
+
+
+def spec_counters(generated: int, draft_tokens: int) -> dict[str, int]:
+    """SGLang's speculative-decoding counters of a request that generated ``generated``
+    ids with ``draft_tokens`` per verify step: step ``k`` proposes ``draft_tokens - 1``
+    drafts and accepts ``k % draft_tokens`` of them (never past the output), then adds
+    its own token; so ``spec_num_correct_drafts = generated - spec_verify_ct``."""
+    proposed_per_step = max(draft_tokens - 1, 0)
+    steps = emitted = correct = 0
+    while emitted < generated:
+        accepted = min(steps % draft_tokens, proposed_per_step, generated - emitted - 1)
+        emitted += accepted + 1
+        correct += accepted
+        steps += 1
+    return {"spec_verify_ct": steps, "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": steps * proposed_per_step}

@@ -40,6 +40,8 @@ _RECORD_FIELDS = ("turn", "drop", "finish_reason", "prompt_len", "weight_version
                   "cached_tokens", "e2e_latency", "request_ts", "commit_ts", "request",
                   "routed_experts_start_len", "indexer_topk_start_len", "weight_spans",
                   "finish_message")
+_OPTIONAL_FIELDS = ("spec_info",)
+"""Record fields written only when set (older journals lack them: the default)."""
 
 
 @dataclass(slots=True)
@@ -107,6 +109,8 @@ def split(payload: memoryview) -> tuple[dict[str, Any], memoryview]:
 def turn_frame(session_id: str, turn: TurnCommit, seq: int) -> bytes:
     rec = turn.record
     fields: dict[str, Any] = {name: getattr(rec, name) for name in _RECORD_FIELDS}
+    fields.update({name: getattr(rec, name) for name in _OPTIONAL_FIELDS
+                   if getattr(rec, name) is not None})
     if rec.links is not None:  # generation links (absent: none, as in older journals)
         fields["links"] = rec.links
     header: dict[str, Any] = {"op": "turn", "sid": session_id, "keep_records": turn.keep_records,

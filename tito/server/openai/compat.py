@@ -39,6 +39,11 @@ def meta_info(outcome: TurnOutcome) -> dict[str, Any]:
         "output_token_logprobs": [[lp, tid, None] for lp, tid
                                   in zip(result.logprobs, result.output_ids, strict=True)],
     }
+    if result.weight_versions:  # the weights changed while it ran: SGLang's spans
+        meta["weight_versions"] = [{"version": s.version, "start": s.start, "end": s.end}
+                                   for s in result.weight_versions]
+    if result.spec_info:  # speculative decoding: the engine's counters, as sent
+        meta.update(result.spec_info)
     return meta
 
 
