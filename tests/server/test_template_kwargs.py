@@ -43,3 +43,35 @@ async def test_no_false_mismatch_in_a_non_default_thinking_mode(
     assert view["records"][0]["chat_template_kwargs"] == settings
     assert samples.session_metadata["tito_session_mismatch"] == []
     assert samples.samples[0].metadata["tito_session_mismatch"] == []
+
+
+@pytest.mark.parametrize("family", ["glm47", "nemotron3", "deepseek_v32"])
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_no_false_mismatch_when_thinking_switches_between_turns(
+        family: str, version: str) -> None:
+    """Each turn is compared under its own kwargs: before, the whole session was rendered
+    with the last turn's, and a session switching thinking on/off got a strict mismatch."""
+    renderer = build_renderer(family, "standin")
+    kwarg = renderer.spec.thinking_kwarg
+    assert kwarg is not None
+    cfg = ServerConfig(tokenizer="standin", family=family, engine="sglang",
+                       engine_url="http://fake", session_version=version)
+    gateway = Gateway(cfg, renderer, ModelEngine(renderer))
+    messages: list[dict[str, object]] = []
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        for k, thinking in enumerate([True, False, True, True, False]):
+            messages.append({"role": "user",
+                             "content": f"Q{k}\nSAY Answer {k}.\nTHINK Ponder {k}."})
+            resp = await http.post(f"/sessions/{sid}/v1/chat/completions", json={
+                "messages": messages, "chat_template_kwargs": {kwarg: thinking}})
+            assert resp.status_code == 200, resp.text
+            reply = resp.json()["choices"][0]["message"]
+            messages.append({key: reply[key] for key in ("role", "content", "reasoning_content")
+                             if reply.get(key) is not None})
+        view = (await http.get(f"/sessions/{sid}")).json()
+        samples = decode_samples((await http.post(f"/sessions/{sid}/samples")).content)
+    assert [r["chat_template_kwargs"][kwarg] for r in view["records"]] == \
+        [True, False, True, True, False]
+    assert samples.session_metadata["tito_session_mismatch"] == []
+    assert samples.samples[0].metadata["tito_session_mismatch"] == []
