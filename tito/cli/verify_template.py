@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model family")
     parser.add_argument("--template", default=None,
                         help="chat template file to verify (only with --family default)")
+    parser.add_argument("--stop-token", default=None,
+                        help="end-of-turn token (only with --family default; default: the "
+                             "template's own end marker, then the tokenizer's EOS)")
     parser.add_argument("--thinking", choices=["on", "off", "both"], default="both",
                         help="thinking modes to verify (families with a thinking switch)")
     parser.add_argument("--kwargs", default=None,
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         kwargs = json.loads(args.kwargs) if args.kwargs else None
         if kwargs is not None and not isinstance(kwargs, dict):
             raise ValueError("--kwargs must be a JSON object")
-        renderer = build_renderer(args.family, args.tokenizer, chat_template=args.template)
+        renderer = build_renderer(args.family, args.tokenizer, chat_template=args.template,
+                                  stop_token=args.stop_token)
         report = verify_renderer(renderer, thinking=args.thinking, kwargs=kwargs)
     except (TitoError, ValueError, OSError) as exc:
         print(f"tito verify-template: {getattr(exc, 'message', exc)}")

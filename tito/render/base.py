@@ -341,11 +341,8 @@ class TemplateRenderer:
                 f"assistant turn (allowed: {sorted(self.allowed_append_roles)})",
                 code="role_not_allowed",
             )
-        base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
-                self._dummy_assistant(previous)]
-        key = self._base_key(previous, tools, template_kwargs)
-        base_text = self._base_text(base, key, tools, template_kwargs)
-        full_text = self._full_text(base, key, appended, tools, template_kwargs)
+        base_text, full_text = self.bridge_texts(previous, appended, tools=tools,
+                                                 template_kwargs=template_kwargs)
         if not full_text.startswith(base_text):
             raise TokenizationError(
                 f"rendered suffix diff failed for {roles}: the {self.family!r} template does not "
@@ -355,6 +352,17 @@ class TemplateRenderer:
         diff = full_text[len(base_text) :]
         drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+
+    def bridge_texts(self, previous: Message | None, appended: Sequence[Message], *,
+                     tools: list[dict[str, Any]] | None = None,
+                     template_kwargs: dict[str, Any] | None = None) -> tuple[str, str]:
+        """(the synthetic base's render, base + ``appended`` with the generation prompt):
+        the bridge is the second less the first, when the first is its prefix."""
+        base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
+                self._dummy_assistant(previous)]
+        key = self._base_key(previous, tools, template_kwargs)
+        return (self._base_text(base, key, tools, template_kwargs),
+                self._full_text(base, key, appended, tools, template_kwargs))
 
     def _base_key(self, previous: Message | None, tools: list[dict[str, Any]] | None,
                   template_kwargs: dict[str, Any] | None) -> bytes | None:

@@ -70,7 +70,8 @@ class Divergence:
         return asdict(self)
 
 
-def hints_for(renderer: TemplateRenderer, messages: Sequence[dict[str, Any]], **extra: Any) -> Hints:
+def hints_for(renderer: TemplateRenderer, messages: Sequence[dict[str, Any]],
+              **extra: Any) -> Hints:
     """Hints from a renderer (closers, special tokens) and the conversation's messages."""
     tok: Tokenizer = renderer.tokenizer
     specials = tuple(t for i in sorted(tok.special_ids) if (t := tok.id_to_token(i)))

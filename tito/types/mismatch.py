@@ -17,7 +17,7 @@ REASONS: tuple[str, ...] = (
     "reasoning_dropped", "value_reserialized", "tool_call_rerendered",
     "bpe_merge_across_junction", "tokenization_differs", "truncated_without_close",
     "unknown_closing_sequence", "assistant_in_appended_span", "special_token_differs",
-    "text_differs", "render_error")
+    "text_differs", "parse_mismatch", "render_error")
 """Why a bridge, a verification case or a session comparison diverged (the ``reason`` of a
 failed ``tito verify-template`` case, of ``/health``'s self-check and of each
 ``tito_session_mismatch`` item), a closed set, most specific first:
@@ -40,5 +40,7 @@ failed ``tito verify-template`` case, of ``/health``'s self-check and of each
   by the client in the appended span (few-shot, compaction), not a generation;
 - ``special_token_differs``: another special token (a different opener or marker);
 - ``text_differs``: any other text difference;
+- ``parse_mismatch``: parsing a completion does not give its message back (a verifier
+  ``parse_round_trip`` case);
 - ``render_error``: the template could not render the conversation at all.
 """
