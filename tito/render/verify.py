@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito.render.audit import audit_pool
 from tito.render.base import TemplateRenderer
 from tito.render.divergence import Divergence, hints_for, id_divergence, text_divergence
 from tito.types.errors import TitoError
@@ -239,7 +240,9 @@ def parse_problem(renderer: TemplateRenderer, message: Message, ids: list[int]) 
         return f"content {parsed.content!r} != {message.get('content')!r}"
     want_reasoning = (message.get("reasoning_content") or "").strip()
     text = renderer.tokenizer.decode(ids)
-    if want_reasoning and want_reasoning in text and \
+    content = (message.get("content") or "").strip()
+    outside = text.replace(content, "", 1) if content else text
+    if want_reasoning and want_reasoning in outside and \
             (parsed.reasoning_content or "").strip() != want_reasoning:
         return f"reasoning {parsed.reasoning_content!r} != {want_reasoning!r}"
     want = [(c["function"]["name"], _args(c)) for c in message.get("tool_calls") or []]
@@ -262,10 +265,18 @@ def _variants(renderer: TemplateRenderer, thinking: str, extra: dict[str, Any] |
 
 def verify_renderer(renderer: TemplateRenderer, *, thinking: str = "both",
                     kwargs: dict[str, Any] | None = None,
-                    pool: list[Trajectory] | None = None) -> VerifyReport:
-    """Run the three checks over the pool; ``thinking``: ``on``, ``off`` or ``both``."""
+                    pool: list[Trajectory] | None = None, audit: bool = False
+                    ) -> VerifyReport:
+    """Run the three checks over the pool; ``thinking``: ``on``, ``off`` or ``both``;
+    ``audit``: over the audit corpus too (:mod:`tito.render.audit`; conversations that
+    append a role the family does not allow are skipped)."""
     report = VerifyReport(renderer.family)
     tok = renderer.tokenizer
+    pool = list(pool if pool is not None else trajectory_pool())
+    if audit:
+        extra, skipped = audit_pool(renderer.allowed_append_roles)
+        pool += extra
+        report.skipped += skipped
     for variant in _variants(renderer, thinking, kwargs):
         vname = ",".join(f"{k}={v}" for k, v in variant.items()) or "default"
         report.variants.append(vname)
@@ -274,7 +285,7 @@ def verify_renderer(renderer: TemplateRenderer, *, thinking: str = "both",
         except TitoError as exc:
             report.cases.append(CaseResult("-", vname, -1, "render", False, exc.message))
             continue
-        for name, raw, tools in pool if pool is not None else trajectory_pool():
+        for name, raw, tools in pool:
             messages = adapt(raw, renderer, on)
             if messages is None:
                 report.skipped.append(name)
