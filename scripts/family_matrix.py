@@ -168,7 +168,16 @@ family's special tokens, `tito/render/families/loaders.py`) where the real token
 available offline: it checks junctions, bridges, special-token structure and parsing, not
 the model's exact ids. Build one with `--tokenizer standin`. `trim` is the declared trailing
 trim (stored ids a junction may drop). The shipped Qwen3 / Qwen3-Thinking templates, run
-as `--family default`, fail the verifier (tests prove it)."""
+as `--family default`, fail the verifier (tests prove it).
+
+A failed case says why in a typed `reason` (`reasoning_dropped`, `value_reserialized`,
+`tool_call_rerendered`, `bpe_merge_across_junction`, `tokenization_differs`,
+`truncated_without_close`, `unknown_closing_sequence`, `assistant_in_appended_span`,
+`special_token_differs`, `text_differs`, `parse_mismatch`, `render_error`; design §4.4),
+with the first differing token and text; `/health`'s self-check and the samples'
+`tito_session_mismatch` items carry the same reasons. `--family default` reads its
+thinking switch and its end-of-turn marker off the template (`--stop-token` overrides the
+marker)."""
 
 RENDERERS_SECTION = """## The `renderers` package (PyPI, Apache-2.0): decision
 
