@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
-from tito.render.divergence import hints_for, id_divergence
+from tito.render.divergence import Hints, hints_for, id_divergence
 from tito.types.mismatch import MISMATCH_TYPES
 
 _CLIP = 200
@@ -166,8 +166,15 @@ class _Comparer:
         self.trailing = _trailing_ids(renderer)
         self.actual = segments(_strip_trailing(accumulated, self.trailing), self.special)
         self.offsets = list(np.cumsum([0] + [len(s) for _, s in self.actual]))
-        self.hints = hints_for(renderer, messages, junctions=junctions)
+        self.junctions = junctions
+        self._hints: Hints | None = None  # built on the first mismatch
         self.roles = _RoleTracker(renderer)
+
+    @property
+    def hints(self) -> Hints:
+        if self._hints is None:
+            self._hints = hints_for(self.renderer, self.messages, junctions=self.junctions)
+        return self._hints
 
     def _held(self, n_ids: int) -> Segments:
         return segments(_strip_trailing(self.acc[:n_ids], self.trailing), self.special)
