@@ -5,6 +5,7 @@ comparator's reports."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from tito.render.base import TemplateRenderer
 from tito.render.compare import TurnSpan, mismatch_report
 from tito.render.divergence import hints_for, id_divergence, text_divergence
 from tito.render.verify import verify_renderer
+from tito.types.errors import TokenizationError
 from tito.types.mismatch import REASONS
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -156,3 +158,25 @@ def test_comparator_per_turn_kwargs_still_finds_a_real_mismatch(qwen3: TemplateR
     (item,) = mismatch_report(qwen3, first + second, bad, turns=turns)
     assert item["type"] == "non_assistant_text" and item["reason"] == "text_differs"
     assert item["first_diff"]["token_index"] >= len(held)
+
+
+LAST_ONLY_REASONING = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and loop.last and m.reasoning_content %}"
+    "<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{{ m.content }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_declined_bridge_says_why(tmp_path: Path) -> None:
+    """A template that shows reasoning only on the last message: the live bridge's 400
+    (template_not_append_only) names the typed reason."""
+    template = tmp_path / "last_only.jinja"
+    template.write_text(LAST_ONLY_REASONING)
+    renderer = build_renderer("default", tokenizer_dir("qwen3"), chat_template=template)
+    previous = {"role": "assistant", "content": "Hi.", "reasoning_content": "Greet."}
+    with pytest.raises(TokenizationError) as info:
+        renderer.bridge(previous, renderer.primary_stop_id,
+                        [{"role": "user", "content": "Bye."}])
+    assert info.value.code == "template_not_append_only"
+    assert "reason: reasoning_dropped" in info.value.message

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from tito.render.divergence import hints_for, text_divergence
 from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
 from tito.render.template import render_template
 from tito.types.errors import BadRequest, TokenizationError
@@ -346,12 +347,24 @@ class TemplateRenderer:
         if not full_text.startswith(base_text):
             raise TokenizationError(
                 f"rendered suffix diff failed for {roles}: the {self.family!r} template does not "
-                "render append-only for these messages",
+                "render append-only for these messages "
+                f"({self._why(base_text, full_text, appended)})",
                 code="template_not_append_only",
             )
         diff = full_text[len(base_text) :]
         drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+
+    def _why(self, base_text: str, full_text: str, appended: Sequence[Message]) -> str:
+        """The typed reason and first divergence of a bridge whose base is not a prefix."""
+        hints = hints_for(self, list(appended), appended_start=len(base_text),
+                          appended_assistant=any(m.get("role") == "assistant"
+                                                 for m in appended))
+        div = text_divergence(full_text[: len(base_text)], base_text, hints)
+        if div is None:
+            return "reason: text_differs"
+        return (f"reason: {div.reason}; first divergence at char {div.char_index}: expected "
+                f"{div.expected_text!r} got {div.actual_text!r}")
 
     def bridge_texts(self, previous: Message | None, appended: Sequence[Message], *,
                      tools: list[dict[str, Any]] | None = None,

@@ -127,11 +127,11 @@ def _closing_reason(expected: str, actual: str, n: int, hints: Hints) -> str | N
 
 def _reasoning_dropped(expected: str, actual: str, n: int, hints: Hints) -> bool:
     for r in hints.reasonings:
-        if actual.count(r) > expected.count(r) and \
-                actual.find(r, max(0, n - len(r) - CONTEXT)) != -1:
+        at = actual.find(r, max(0, n - len(r) - CONTEXT))
+        if actual.count(r) > expected.count(r) and 0 <= at <= n + CONTEXT:
             return True
-    head_e, head_a = expected[n : n + 64], actual[max(0, n - 16) : n + 64]
-    return any(m in head_a and head_a.count(m) > head_e.count(m) for m in THINK_MARKERS)
+    marker = _covering(actual, n, THINK_MARKERS)
+    return marker is not None and _covering(expected, n, (marker,)) is None
 
 
 def _in_tool_call(expected: str, n: int, hints: Hints) -> bool:
@@ -146,11 +146,11 @@ def _in_tool_call(expected: str, n: int, hints: Hints) -> bool:
 def classify_text(expected: str, actual: str, hints: Hints) -> str:
     """The reason ``actual`` differs from ``expected`` (texts that differ)."""
     n = first_char_diff(expected, actual)
+    if _reasoning_dropped(expected, actual, n, hints):
+        return "reasoning_dropped"
     closing = _closing_reason(expected, actual, n, hints)
     if closing is not None:
         return closing
-    if _reasoning_dropped(expected, actual, n, hints):
-        return "reasoning_dropped"
     se, sa = _scalar_at(expected, n), _scalar_at(actual, n)
     if se is not None and sa is not None and se != sa and _same_value(se, sa):
         return "value_reserialized"
