@@ -75,3 +75,36 @@ async def test_no_false_mismatch_when_thinking_switches_between_turns(
         [True, False, True, True, False]
     assert samples.session_metadata["tito_session_mismatch"] == []
     assert samples.samples[0].metadata["tito_session_mismatch"] == []
+
+
+@pytest.mark.slow
+def test_thinking_switch_over_the_mock_engine_processes() -> None:
+    """From outside: `tito serve` over `tito mock-engine` (glm47 stand-in), thinking
+    switched per turn through the openai SDK; the sample has no mismatch."""
+    import httpx
+    import openai
+    from helpers.support import new_session as new_remote_session
+    from helpers.support import start_gateway, start_mock
+
+    mock = start_mock("standin", "glm47")
+    gateway = start_gateway(mock.url, "standin", "glm47")
+    try:
+        sid = new_remote_session(gateway.url)
+        client = openai.OpenAI(base_url=f"{gateway.url}/sessions/{sid}/v1", api_key="x",
+                               max_retries=0)
+        messages: list[dict[str, object]] = []
+        for k, thinking in enumerate([True, False, True]):
+            messages.append({"role": "user", "content": f"Q{k}\nSAY A{k}.\nTHINK T{k}."})
+            reply = client.chat.completions.create(
+                model="m", messages=messages,  # type: ignore[arg-type]
+                extra_body={"chat_template_kwargs": {"enable_thinking": thinking}})
+            message = reply.choices[0].message.model_dump(exclude_none=True)
+            messages.append({k: v for k, v in message.items()
+                             if k in ("role", "content", "reasoning_content")})
+        resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+        samples = decode_samples(resp.content)
+    finally:
+        gateway.stop()
+        mock.stop()
+    assert len(messages) == 6
+    assert samples.samples[0].metadata["tito_session_mismatch"] == []
