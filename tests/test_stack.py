@@ -86,6 +86,23 @@ async def test_health_says_why_the_self_check_failed(qwen3_dir: Path) -> None:
     assert "<think>" in divergence["actual_text"] and "<think>" not in divergence["expected_text"]
 
 
+async def test_stop_token_reaches_a_default_family_gateway(qwen3_dir: Path) -> None:
+    """`tito serve --family default --stop-token T`: T is the first stop token."""
+    from tito.cli import build_parser
+    from tito.cli.serve import config_from_args
+
+    args = build_parser("serve").parse_args(
+        ["serve", "--engine-url", "http://127.0.0.1:9", "--tokenizer", str(qwen3_dir),
+         "--family", "default", "--stop-token", "<|endoftext|>", "--port", "0"])
+    stack = await start_stack(config_from_args(args))
+    try:
+        async with httpx.AsyncClient(base_url=stack.url) as http:
+            body = (await http.get("/health")).json()
+    finally:
+        await stack.close()
+    assert body["capabilities"]["stop_tokens"] == ["<|endoftext|>", "<|im_end|>"]
+
+
 async def test_config_errors_come_before_anything_starts(qwen3_dir: Path) -> None:
     with pytest.raises(ConfigError, match="--engine sglang needs --engine-url"):
         await start_stack(config(qwen3_dir, engine_url=None))
