@@ -131,7 +131,7 @@ def audit_section(rows: list[Row]) -> list[str]:
            "break or declined bridge, and on a parse failure that is not a declared format "
            "limit (`FORMAT_LIMITS`).", "",
            "| family | thinking | " + " | ".join(CHECKS) + " | skipped (role not allowed) "
-           "| format limits | verdict |", "|---" * (6 + len(CHECKS)) + "|"]
+           "| format limits | verdict |", "|---" * (5 + len(CHECKS)) + "|"]
     for r in rows:
         cells = [f"{r.audit.get(c, (0, 0))[0]}/{r.audit.get(c, (0, 0))[1]}" for c in CHECKS]
         skipped = ", ".join(s.removeprefix("audit/") for s in r.audit_skipped) or "-"
