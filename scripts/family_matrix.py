@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tito.render import build_renderer  # noqa: E402
+from tito.render.audit import FORMAT_LIMITS, audit_corpus  # noqa: E402
+from tito.render.base import TemplateRenderer  # noqa: E402
 from tito.render.families import FAMILIES, family_module  # noqa: E402
 from tito.render.verify import verify_renderer  # noqa: E402
 
@@ -57,6 +59,25 @@ class Row:
     trim: int
     passed: bool
     first_failure: str | None
+    audit: dict[str, tuple[int, int]]
+    audit_skipped: list[str]
+    audit_limits: list[str]
+    """Audit conversations whose parse round trip fails by a declared format limit."""
+    audit_failure: str | None
+    """The first audit failure that is not a declared format limit (None: the audit passes)."""
+
+
+def audit_row(renderer: TemplateRenderer, mode: str
+              ) -> tuple[dict[str, tuple[int, int]], list[str], list[str], str | None]:
+    """The audit corpus over ``renderer`` in ``mode``: (checks, skipped, limits, failure)."""
+    report = verify_renderer(renderer, thinking=mode, pool=[], audit=True)
+    limits = FORMAT_LIMITS.get(renderer.family, {})
+    failed = [c for c in report.cases if not c.passed]
+    real = [c for c in failed if not (c.check == "parse_round_trip" and c.trajectory in limits)]
+    failure = None if not real else \
+        f"{real[0].trajectory} ({real[0].check}, {real[0].reason}): {real[0].detail}"
+    return (report.checks(), sorted(set(report.skipped)),
+            sorted({c.trajectory for c in failed} - {c.trajectory for c in real}), failure)
 
 
 def family_rows(family: str) -> list[Row]:
@@ -79,9 +100,11 @@ def family_rows(family: str) -> list[Row]:
         if mode == "both":
             mode = "always" if renderer.spec.reasoning else "none"
         summary = report.summary()
+        audit = audit_row(renderer, mode if mode in ("on", "off") else "both")
         rows.append(Row(family, aliases, tokenizer, level, mode, report.checks(),
                         sorted(renderer.allowed_append_roles), sorted(report.roles_exercised),
-                        renderer.max_trailing_trim, report.passed, summary["first_failure"]))
+                        renderer.max_trailing_trim, report.passed, summary["first_failure"],
+                        *audit))
     return rows
 
 
@@ -99,12 +122,39 @@ def render_doc(rows: list[Row]) -> str:
                    f"| {r.mode} | " + " | ".join(cells) + f" | {', '.join(r.roles)} | {r.trim} "
                    f"| {'PASS' if r.passed else 'FAIL: ' + str(r.first_failure)} | ours |")
     out += ["", f"{len({r.family for r in rows if r.passed})} families pass, "
-            f"{len({r.family for r in rows if not r.passed})} fail.", "", "## Families", ""]
+            f"{len({r.family for r in rows if not r.passed})} fail.", ""]
+    out += audit_section(rows)
+    out += ["## Families", ""]
     for family in ORDER:
         doc = inspect.getdoc(family_module(family)) or ""
         out += [f"### `{family}`", "", doc, ""]
     out += [RENDERERS_SECTION]
     return "\n".join(out).rstrip() + "\n"
+
+
+def audit_section(rows: list[Row]) -> list[str]:
+    """The audit corpus table: prefix checks, skips by capability, format limits."""
+    names = ", ".join(f"`{c.name}`" for c in audit_corpus())
+    out = ["## Audit corpus", "",
+           f"`tito/render/audit.py`: {names}. Run by `tito verify-template` (unless "
+           "`--no-audit`) and here; a conversation that appends a role the family does not "
+           "allow is skipped by that declared capability. A family fails on any prefix "
+           "break or declined bridge, and on a parse failure that is not a declared format "
+           "limit (`FORMAT_LIMITS`).", "",
+           "| family | thinking | " + " | ".join(CHECKS) + " | skipped (role not allowed) "
+           "| format limits | verdict |", "|---" * (5 + len(CHECKS)) + "|"]
+    for r in rows:
+        cells = [f"{r.audit.get(c, (0, 0))[0]}/{r.audit.get(c, (0, 0))[1]}" for c in CHECKS]
+        skipped = ", ".join(s.removeprefix("audit/") for s in r.audit_skipped) or "-"
+        limits = ", ".join(s.removeprefix("audit/") for s in r.audit_limits) or "-"
+        verdict = "PASS" if r.audit_failure is None else f"FAIL: {r.audit_failure}"
+        out.append(f"| `{r.family}` | {r.mode} | " + " | ".join(cells)
+                   + f" | {skipped} | {limits} | {verdict} |")
+    notes = sorted({(family, why) for family, limits in FORMAT_LIMITS.items()
+                    for why in limits.values()})
+    out += ["", "Format limits: " + "; ".join(f"`{f}`: {why}" for f, why in notes) + "."
+            if notes else "Format limits: none.", ""]
+    return out
 
 
 HEADER = """# Model families
@@ -129,7 +179,16 @@ family's special tokens, `tito/render/families/loaders.py`) where the real token
 available offline: it checks junctions, bridges, special-token structure and parsing, not
 the model's exact ids. Build one with `--tokenizer standin`. `trim` is the declared trailing
 trim (stored ids a junction may drop). The shipped Qwen3 / Qwen3-Thinking templates, run
-as `--family default`, fail the verifier (tests prove it)."""
+as `--family default`, fail the verifier (tests prove it).
+
+A failed case says why in a typed `reason` (`reasoning_dropped`, `value_reserialized`,
+`tool_call_rerendered`, `bpe_merge_across_junction`, `tokenization_differs`,
+`truncated_without_close`, `unknown_closing_sequence`, `assistant_in_appended_span`,
+`special_token_differs`, `text_differs`, `parse_mismatch`, `render_error`; design §4.4),
+with the first differing token and text; `/health`'s self-check and the samples'
+`tito_session_mismatch` items carry the same reasons. `--family default` reads its
+thinking switch and its end-of-turn marker off the template (`--stop-token` overrides the
+marker)."""
 
 RENDERERS_SECTION = """## The `renderers` package (PyPI, Apache-2.0): decision
 
@@ -164,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [row for family in ORDER for row in family_rows(family)]
     text = render_doc(rows)
-    failed = sorted({r.family for r in rows if not r.passed})
+    failed = sorted({r.family for r in rows if not r.passed or r.audit_failure is not None})
     for r in rows:
-        print(f"{r.family:15s} {r.mode:7s} {r.level:17s} {'PASS' if r.passed else 'FAIL'}")
+        print(f"{r.family:15s} {r.mode:7s} {r.level:17s} {'PASS' if r.passed else 'FAIL'} "
+              f"audit {'PASS' if r.audit_failure is None else 'FAIL: ' + r.audit_failure}")
     if failed:
-        print(f"regression: {', '.join(failed)} fail the verifier", file=sys.stderr)
+        print(f"regression: {', '.join(failed)} fail the verifier or the audit corpus",
+              file=sys.stderr)
         return 1
     if args.check:
         if not args.out.is_file() or args.out.read_text() != text:

@@ -25,6 +25,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "max_nodes": ({"session_version": "v2", "max_nodes": 0}, ["--max-nodes must be"]),
     "custom_template": ({"family": "qwen3", "chat_template": "t.jinja"},
                         ["--chat-template", "--family default", "--family qwen3"]),
+    "custom_stop_token": ({"family": "qwen3", "stop_token": "<|im_end|>"},
+                          ["--stop-token", "--family default", "--family qwen3"]),
     "engine": ({"engine": "tgi", "engine_url": None}, ["unknown engine 'tgi'"]),
     "engine_url_needed": ({"engine_url": None}, ["--engine sglang needs --engine-url"]),
     "engine_url_unused": ({"engine": "mock"}, ["--engine-url is only used with"]),

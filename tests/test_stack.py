@@ -67,6 +67,42 @@ async def test_a_failed_start_stops_the_mock_engine_it_spawned(qwen3_dir: Path) 
     assert children.of_this_process() == before
 
 
+async def test_health_says_why_the_self_check_failed(qwen3_dir: Path) -> None:
+    """The shipped Qwen3 template (``default``) drops earlier reasoning: served anyway
+    without --strict-template, and /health's self-check names the typed reason and the
+    first differing token."""
+    stack = await start_stack(config(qwen3_dir, family="default"))
+    try:
+        async with httpx.AsyncClient(base_url=stack.url) as http:
+            body = (await http.get("/health")).json()  # 503: no engine at :9, same body
+    finally:
+        await stack.close()
+    check = body["capabilities"]["self_check"]
+    assert not check["passed"] and body["capabilities"]["append_only_verified"] is False
+    assert check["first_failure_reason"] == "reasoning_dropped"
+    assert set(check["reasons"]) == {"reasoning_dropped"}
+    divergence = check["first_failure_divergence"]
+    assert divergence["reason"] == "reasoning_dropped"
+    assert "<think>" in divergence["actual_text"] and "<think>" not in divergence["expected_text"]
+
+
+async def test_stop_token_reaches_a_default_family_gateway(qwen3_dir: Path) -> None:
+    """`tito serve --family default --stop-token T`: T is the first stop token."""
+    from tito.cli import build_parser
+    from tito.cli.serve import config_from_args
+
+    args = build_parser("serve").parse_args(
+        ["serve", "--engine-url", "http://127.0.0.1:9", "--tokenizer", str(qwen3_dir),
+         "--family", "default", "--stop-token", "<|endoftext|>", "--port", "0"])
+    stack = await start_stack(config_from_args(args))
+    try:
+        async with httpx.AsyncClient(base_url=stack.url) as http:
+            body = (await http.get("/health")).json()
+    finally:
+        await stack.close()
+    assert body["capabilities"]["stop_tokens"] == ["<|endoftext|>", "<|im_end|>"]
+
+
 async def test_config_errors_come_before_anything_starts(qwen3_dir: Path) -> None:
     with pytest.raises(ConfigError, match="--engine sglang needs --engine-url"):
         await start_stack(config(qwen3_dir, engine_url=None))

@@ -58,6 +58,8 @@ class ServerConfig:
     worker_index: int = 0
     """This process's index among ``workers`` (0: the one started by the user)."""
     chat_template: str | None = None
+    stop_token: str | None = None
+    """End-of-turn token of a ``default`` template (None: its own marker, then EOS)."""
     host: str = "127.0.0.1"
     port: int = 8000
     message_matcher: str = "harness"
@@ -215,6 +217,9 @@ RULES: tuple[Rule, ...] = (
     Rule("custom_template", lambda c: c.chat_template is not None and c.family != "default",
          lambda c: f"--chat-template is only allowed with --family default (--family "
                    f"{c.family} brings its own verified template); drop one of them"),
+    Rule("custom_stop_token", lambda c: c.stop_token is not None and c.family != "default",
+         lambda c: f"--stop-token is only allowed with --family default (--family "
+                   f"{c.family} declares its own stop tokens); drop one of them"),
     Rule("engine", lambda c: c.engine not in ENGINES,
          lambda c: f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}"),
     Rule("engine_url_needed", lambda c: c.engine in REMOTE_ENGINES and not c.engine_url,

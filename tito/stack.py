@@ -74,7 +74,8 @@ def build_gateway(config: ServerConfig, *, renderer: TemplateRenderer | None = N
         tokenizer: Tokenizer | str = config.tokenizer
         if config.engine == "embedded":
             tokenizer = engine.tokenizer  # type: ignore[attr-defined]
-        renderer = build_renderer(config.family, tokenizer, chat_template=config.chat_template)
+        renderer = build_renderer(config.family, tokenizer, chat_template=config.chat_template,
+                                  stop_token=config.stop_token)
     report = verify_renderer(renderer).summary()
     if not report["passed"]:
         message = (f"family {config.family!r} failed the append-only self-check: "

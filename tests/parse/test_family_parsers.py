@@ -112,3 +112,19 @@ def test_thinking_opened_by_prompt(family: str) -> None:
     assert off.reasoning_content is None and off.content == "just an answer"
     cut = r.parse(tok.encode("still thinking"), "length")
     assert cut.reasoning_content == "still thinking" and cut.content == ""
+
+
+@pytest.mark.parametrize(("family", "literals"), [("nemotron3", True), ("nemotron35", True),
+                                                  ("qwen38", False)])
+def test_xml_parameters_printed_as_python_literals_read_back_typed(family: str,
+                                                                    literals: bool) -> None:
+    """Templates that print values with Jinja's ``string`` filter write ``True``/``None``:
+    their parser reads them back as a boolean and null (the others keep the string)."""
+    parser = build_renderer(family, "standin").parser
+    text = ("<tool_call>\n<function=f>\n<parameter=flag>\nTrue\n</parameter>\n"
+            "<parameter=none>\nNone\n</parameter>\n<parameter=word>\nTrue story\n</parameter>\n"
+            "</function>\n</tool_call>")
+    _, calls = parser.extract_calls(text)  # type: ignore[attr-defined]
+    args = json.loads(calls[0]["function"]["arguments"])
+    expected = {"flag": True, "none": None} if literals else {"flag": "True", "none": "None"}
+    assert args == {**expected, "word": "True story"}

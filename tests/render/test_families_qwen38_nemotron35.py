@@ -123,12 +123,12 @@ def test_qwen38_effort_levels_stay_append_only(level: str) -> None:
 
 
 def test_nemotron35_renders_booleans_the_python_way() -> None:
-    """A format limit, documented: the template writes ``True`` (``| string``), which
-    parses back as the string ``"True"``; Qwen3.8/3.6 write JSON (``true``)."""
+    """The template writes ``True`` (``| string``), which its parser reads back as a
+    boolean; Qwen3.8/3.6 write JSON (``true``)."""
     message = {"role": "assistant", "content": "", "tool_calls": [{
         "id": "c", "type": "function",
         "function": {"name": "f", "arguments": json.dumps({"b": True, "n": 3})}}]}
-    for family, want in [("nemotron35", "True"), ("qwen38", True), ("qwen36", True)]:
+    for family, want in [("nemotron35", True), ("qwen38", True), ("qwen36", True)]:
         r = build_renderer(family, "standin")
         parsed = r.parse(r.render_completion(message), "stop")
         assert json.loads(parsed.tool_calls[0]["function"]["arguments"]) == {"b": want, "n": 3}

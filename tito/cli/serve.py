@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(unset: chatml with --engine embedded, else default)")
     p.add_argument("--chat-template", default=None,
                    help="a chat template file (only with --family default)")
+    p.add_argument("--stop-token", default=None,
+                   help="end-of-turn token (only with --family default; default: the "
+                        "template's own end marker, then the tokenizer's EOS)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free)")
     p.add_argument("--message-matcher", default="harness",
@@ -221,7 +224,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine_url=urls[0] if urls else None, extra_engine_urls=tuple(urls[1:]),
         engine_max_inflight=args.engine_max_inflight, workers=args.workers,
         worker_index=args.worker_index or 0,
-        chat_template=args.chat_template, host=args.host,
+        chat_template=args.chat_template, stop_token=args.stop_token, host=args.host,
         port=args.port, message_matcher=args.message_matcher,
         **session_config(args), max_seq_len=args.max_seq_len,
         default_max_tokens=args.default_max_tokens, max_sessions=args.max_sessions,

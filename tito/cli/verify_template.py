@@ -26,10 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model family")
     parser.add_argument("--template", default=None,
                         help="chat template file to verify (only with --family default)")
+    parser.add_argument("--stop-token", default=None,
+                        help="end-of-turn token (only with --family default; default: the "
+                             "template's own end marker, then the tokenizer's EOS)")
     parser.add_argument("--thinking", choices=["on", "off", "both"], default="both",
                         help="thinking modes to verify (families with a thinking switch)")
     parser.add_argument("--kwargs", default=None,
                         help="extra chat-template kwargs as a JSON object")
+    parser.add_argument("--no-audit", action="store_true",
+                        help="leave out the audit corpus (tito/render/audit.py): only the "
+                             "standard trajectories, as the gateway's self-check runs")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--verbose", action="store_true",
                         help="list every case, not only trajectories with failures")
@@ -44,7 +50,7 @@ def report_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str]]:
     for (traj, variant, check), cases in groups.items():
         ok = sum(c.passed for c in cases)
         fail = next((c for c in cases if not c.passed), None)
-        detail = "" if fail is None else f"split {fail.split}: {fail.detail}"
+        detail = "" if fail is None else f"split {fail.split}, {fail.reason}: {fail.detail}"
         rows.append((traj, variant, check, f"{ok}/{len(cases)}", detail))
     return rows
 
@@ -67,6 +73,12 @@ def print_report(report: VerifyReport, *, verbose: bool) -> None:
         console.print(f"  {check}: {passed}/{cases}")
     console.print(f"  roles exercised: {', '.join(sorted(report.roles_exercised)) or '-'}; "
                   f"modes: {', '.join(report.variants) or '-'}")
+    if report.skipped:
+        console.print(f"  skipped (a role the family does not append): "
+                      f"{', '.join(sorted(set(report.skipped)))}")
+    if report.reasons():
+        console.print("  failure reasons: " + ", ".join(
+            f"{reason} {n}" for reason, n in sorted(report.reasons().items())))
     verdict = "[green]PASS[/green]" if report.passed else "[red]FAIL[/red]"
     console.print(f"verdict: {verdict} ({len(report.cases)} cases)")
 
@@ -78,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
         kwargs = json.loads(args.kwargs) if args.kwargs else None
         if kwargs is not None and not isinstance(kwargs, dict):
             raise ValueError("--kwargs must be a JSON object")
-        renderer = build_renderer(args.family, args.tokenizer, chat_template=args.template)
-        report = verify_renderer(renderer, thinking=args.thinking, kwargs=kwargs)
+        renderer = build_renderer(args.family, args.tokenizer, chat_template=args.template,
+                                  stop_token=args.stop_token)
+        report = verify_renderer(renderer, thinking=args.thinking, kwargs=kwargs,
+                                 audit=not args.no_audit)
     except (TitoError, ValueError, OSError) as exc:
         print(f"tito verify-template: {getattr(exc, 'message', exc)}")
         return 2

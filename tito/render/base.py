@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from tito.parse.base import api_finish_reason
+from tito.render.divergence import hints_for, text_divergence
 from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
 from tito.render.template import render_template
 from tito.types.errors import BadRequest, TokenizationError
@@ -342,20 +343,40 @@ class TemplateRenderer:
                 f"assistant turn (allowed: {sorted(self.allowed_append_roles)})",
                 code="role_not_allowed",
             )
-        base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
-                self._dummy_assistant(previous)]
-        key = self._base_key(previous, tools, template_kwargs)
-        base_text = self._base_text(base, key, tools, template_kwargs)
-        full_text = self._full_text(base, key, appended, tools, template_kwargs)
+        base_text, full_text = self.bridge_texts(previous, appended, tools=tools,
+                                                 template_kwargs=template_kwargs)
         if not full_text.startswith(base_text):
             raise TokenizationError(
                 f"rendered suffix diff failed for {roles}: the {self.family!r} template does not "
-                "render append-only for these messages",
+                "render append-only for these messages "
+                f"({self._why(base_text, full_text, appended)})",
                 code="template_not_append_only",
             )
         diff = full_text[len(base_text) :]
         drop, junction = self.junction(base_text, stored_last_id)
         return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+
+    def _why(self, base_text: str, full_text: str, appended: Sequence[Message]) -> str:
+        """The typed reason and first divergence of a bridge whose base is not a prefix."""
+        hints = hints_for(self, list(appended), appended_start=len(base_text),
+                          appended_assistant=any(m.get("role") == "assistant"
+                                                 for m in appended))
+        div = text_divergence(full_text[: len(base_text)], base_text, hints)
+        if div is None:
+            return "reason: text_differs"
+        return (f"reason: {div.reason}; first divergence at char {div.char_index}: expected "
+                f"{div.expected_text!r} got {div.actual_text!r}")
+
+    def bridge_texts(self, previous: Message | None, appended: Sequence[Message], *,
+                     tools: list[dict[str, Any]] | None = None,
+                     template_kwargs: dict[str, Any] | None = None) -> tuple[str, str]:
+        """(the synthetic base's render, base + ``appended`` with the generation prompt):
+        the bridge is the second less the first, when the first is its prefix."""
+        base = [DUMMY_SYSTEM, *([DUMMY_USER] if self.spec.bridge_base_user else []),
+                self._dummy_assistant(previous)]
+        key = self._base_key(previous, tools, template_kwargs)
+        return (self._base_text(base, key, tools, template_kwargs),
+                self._full_text(base, key, appended, tools, template_kwargs))
 
     def _base_key(self, previous: Message | None, tools: list[dict[str, Any]] | None,
                   template_kwargs: dict[str, Any] | None) -> bytes | None:

@@ -24,7 +24,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tito.render.audit import audit_pool
 from tito.render.base import TemplateRenderer
+from tito.render.divergence import Divergence, hints_for, id_divergence, text_divergence
 from tito.types.errors import TitoError
 
 Message = dict[str, Any]
@@ -137,6 +139,11 @@ class CaseResult:
     check: str
     passed: bool
     detail: str = ""
+    reason: str | None = None
+    """Why it failed (:data:`tito.types.mismatch.REASONS`); also set on a passing
+    ``token_prefix`` case whose ids differ from a fresh tokenization of the same text."""
+    divergence: dict[str, Any] | None = None
+    """The first divergence (:class:`tito.render.divergence.Divergence`, as a dict)."""
 
 
 @dataclass
@@ -159,17 +166,30 @@ class VerifyReport:
             out[c.check] = (ok + int(c.passed), total + 1)
         return out
 
+    def reasons(self) -> dict[str, int]:
+        """reason -> failed cases."""
+        out: dict[str, int] = {}
+        for c in self.cases:
+            if not c.passed and c.reason is not None:
+                out[c.reason] = out.get(c.reason, 0) + 1
+        return out
+
     def summary(self) -> dict[str, Any]:
         failed = [c for c in self.cases if not c.passed]
+        first = failed[0] if failed else None
         return {
             "ran": True,
             "passed": self.passed,
             "cases": len(self.cases),
             "failed": len(failed),
             "roles_exercised": sorted(self.roles_exercised),
-            "first_failure": None if not failed else
-            f"{failed[0].trajectory}/{failed[0].variant} split {failed[0].split} "
-            f"({failed[0].check}): {failed[0].detail}",
+            "skipped": sorted(set(self.skipped)),
+            "first_failure": None if first is None else
+            f"{first.trajectory}/{first.variant} split {first.split} "
+            f"({first.check}): {first.detail}",
+            "first_failure_reason": None if first is None else first.reason,
+            "first_failure_divergence": None if first is None else first.divergence,
+            "reasons": self.reasons(),
         }
 
 
@@ -220,7 +240,9 @@ def parse_problem(renderer: TemplateRenderer, message: Message, ids: list[int]) 
         return f"content {parsed.content!r} != {message.get('content')!r}"
     want_reasoning = (message.get("reasoning_content") or "").strip()
     text = renderer.tokenizer.decode(ids)
-    if want_reasoning and want_reasoning in text and \
+    content = (message.get("content") or "").strip()
+    outside = text.replace(content, "", 1) if content else text
+    if want_reasoning and want_reasoning in outside and \
             (parsed.reasoning_content or "").strip() != want_reasoning:
         return f"reasoning {parsed.reasoning_content!r} != {want_reasoning!r}"
     want = [(c["function"]["name"], _args(c)) for c in message.get("tool_calls") or []]
@@ -232,18 +254,29 @@ def parse_problem(renderer: TemplateRenderer, message: Message, ids: list[int]) 
 
 def _variants(renderer: TemplateRenderer, thinking: str, extra: dict[str, Any] | None
               ) -> list[dict[str, Any]]:
+    kwarg = renderer.spec.thinking_kwarg
+    if kwarg is not None and extra and kwarg in extra:
+        return [dict(extra)]  # the kwargs choose the mode
     variants = renderer.thinking_variants()
-    if renderer.spec.thinking_kwarg is not None and thinking != "both":
-        variants = [v for v in variants if v[renderer.spec.thinking_kwarg] is (thinking == "on")]
+    if kwarg is not None and thinking != "both":
+        variants = [v for v in variants if v[kwarg] is (thinking == "on")]
     return [{**v, **(extra or {})} for v in variants]
 
 
 def verify_renderer(renderer: TemplateRenderer, *, thinking: str = "both",
                     kwargs: dict[str, Any] | None = None,
-                    pool: list[Trajectory] | None = None) -> VerifyReport:
-    """Run the three checks over the pool; ``thinking``: ``on``, ``off`` or ``both``."""
+                    pool: list[Trajectory] | None = None, audit: bool = False
+                    ) -> VerifyReport:
+    """Run the three checks over the pool; ``thinking``: ``on``, ``off`` or ``both``;
+    ``audit``: over the audit corpus too (:mod:`tito.render.audit`; conversations that
+    append a role the family does not allow are skipped)."""
     report = VerifyReport(renderer.family)
     tok = renderer.tokenizer
+    pool = list(pool if pool is not None else trajectory_pool())
+    if audit:
+        extra, skipped = audit_pool(renderer.allowed_append_roles)
+        pool += extra
+        report.skipped += skipped
     for variant in _variants(renderer, thinking, kwargs):
         vname = ",".join(f"{k}={v}" for k, v in variant.items()) or "default"
         report.variants.append(vname)
@@ -252,7 +285,7 @@ def verify_renderer(renderer: TemplateRenderer, *, thinking: str = "both",
         except TitoError as exc:
             report.cases.append(CaseResult("-", vname, -1, "render", False, exc.message))
             continue
-        for name, raw, tools in pool if pool is not None else trajectory_pool():
+        for name, raw, tools in pool:
             messages = adapt(raw, renderer, on)
             if messages is None:
                 report.skipped.append(name)
@@ -273,39 +306,99 @@ def _verify_one(renderer: TemplateRenderer, report: VerifyReport, name: str, vna
                                                         tools=tools, template_kwargs=variant)
             problem = parse_problem(renderer, messages[pos], completion)
             report.cases.append(CaseResult(name, vname, pos, "parse_round_trip",
-                                           problem is None, problem or ""))
+                                           problem is None, problem or "",
+                                           None if problem is None else "parse_mismatch"))
             ids = ids + completion
             if n + 1 == len(gen):
                 break
             nxt = gen[n + 1]
-            appended = messages[pos + 1 : nxt]
-            report.roles_exercised.update(m["role"] for m in appended)
-            head = renderer.render_text(messages[: pos + 1], tools=tools,
-                                        template_kwargs=variant)
-            full = renderer.render_text(messages[:nxt], tools=tools, template_kwargs=variant,
-                                        add_generation_prompt=True)
-            ok = full.startswith(head)
-            report.cases.append(CaseResult(name, vname, nxt, "text_prefix", ok,
-                                           "" if ok else first_divergence(full, head)))
-            try:
-                bridge = renderer.bridge(messages[pos], ids[-1], appended, tools=tools,
-                                         template_kwargs=variant)
-            except TitoError as exc:
-                roles = [m["role"] for m in appended]
-                report.cases.append(CaseResult(name, vname, nxt, "token_prefix", False,
-                                               f"bridge declined for {roles}: {exc.message}"))
-                ids = renderer.render_prompt(messages[:nxt], tools=tools,
-                                             template_kwargs=variant)
-                continue
-            ids = ids[: len(ids) - bridge.drop] + bridge.ids
-            canonical = tok.encode(full)
-            exp_text, got_text = tok.decode(canonical), tok.decode(ids)
-            ok = exp_text == got_text
-            detail = "" if ok else first_divergence(exp_text, got_text)
-            if ok and ids != canonical:
-                # The model's own ids at a completion boundary (e.g. "\n" + "\n" where a
-                # fresh tokenization merges "\n\n"): same text; an assistant-text matter.
-                detail = "same text; model ids differ from a fresh tokenization"
-            report.cases.append(CaseResult(name, vname, nxt, "token_prefix", ok, detail))
+            report.roles_exercised.update(m["role"] for m in messages[pos + 1 : nxt])
+            step = _Step(renderer, name, vname, messages, tools, variant, pos, nxt)
+            report.cases.append(step.text_prefix())
+            case, ids = step.token_prefix(ids)
+            report.cases.append(case)
     except TitoError as exc:
-        report.cases.append(CaseResult(name, vname, pos, "render", False, exc.message))
+        report.cases.append(CaseResult(name, vname, pos, "render", False, exc.message,
+                                       "render_error"))
+
+
+@dataclass
+class _Step:
+    """The checks at one split: the messages up to the generated turn ``pos`` are held,
+    those up to the next generated turn ``nxt`` are appended."""
+
+    renderer: TemplateRenderer
+    name: str
+    vname: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None
+    variant: dict[str, Any]
+    pos: int
+    nxt: int
+
+    @property
+    def appended(self) -> list[Message]:
+        return self.messages[self.pos + 1 : self.nxt]
+
+    def full(self) -> str:
+        return self.renderer.render_text(self.messages[: self.nxt], tools=self.tools,
+                                         template_kwargs=self.variant,
+                                         add_generation_prompt=True)
+
+    def case(self, check: str, div: Divergence | None, detail: str = "",
+             passed: bool | None = None) -> CaseResult:
+        ok = div is None if passed is None else passed
+        return CaseResult(self.name, self.vname, self.nxt, check, ok, detail,
+                          None if div is None else div.reason,
+                          None if div is None else div.to_dict())
+
+    def text_prefix(self) -> CaseResult:
+        head = self.renderer.render_text(self.messages[: self.pos + 1], tools=self.tools,
+                                         template_kwargs=self.variant)
+        full = self.full()
+        div = None if full.startswith(head) else \
+            text_divergence(full, head, hints_for(self.renderer, self.messages[: self.nxt]))
+        return self.case("text_prefix", div, "" if div is None else first_divergence(full, head))
+
+    def declined(self, exc: TitoError) -> CaseResult:
+        """A bridge that raised: the divergence of its synthetic base and base + appended."""
+        roles = [m["role"] for m in self.appended]
+        div = None
+        try:
+            base, full = self.renderer.bridge_texts(self.messages[self.pos], self.appended,
+                                                    tools=self.tools,
+                                                    template_kwargs=self.variant)
+            hints = hints_for(self.renderer, self.messages[: self.nxt],
+                              appended_start=len(base),
+                              appended_assistant="assistant" in roles)
+            div = text_divergence(full[: len(base)], base, hints)
+        except TitoError:
+            pass
+        div = div or Divergence("render_error", 0, "", "")
+        return self.case("token_prefix", div, f"bridge declined for {roles}: {exc.message}")
+
+    def token_prefix(self, ids: list[int]) -> tuple[CaseResult, list[int]]:
+        """The ids after bridging ``ids`` to the next turn, against the canonical render."""
+        renderer, tok = self.renderer, self.renderer.tokenizer
+        try:
+            bridge = renderer.bridge(self.messages[self.pos], ids[-1], self.appended,
+                                     tools=self.tools, template_kwargs=self.variant)
+        except TitoError as exc:
+            return self.declined(exc), renderer.render_prompt(
+                self.messages[: self.nxt], tools=self.tools, template_kwargs=self.variant)
+        held = ids[: len(ids) - bridge.drop]
+        ids = held + bridge.ids
+        canonical = tok.encode(self.full())
+        hints = hints_for(renderer, self.messages[: self.nxt], junctions=(len(held),),
+                          appended_start=len(tok.decode(held)),
+                          appended_assistant=any(m["role"] == "assistant"
+                                                 for m in self.appended))
+        div = id_divergence(tok, canonical, ids, hints)
+        exp_text, got_text = tok.decode(canonical), tok.decode(ids)
+        ok = exp_text == got_text
+        detail = "" if ok else first_divergence(exp_text, got_text)
+        if ok and div is not None:
+            # The model's own ids at a completion boundary (e.g. "\n" + "\n" where a
+            # fresh tokenization merges "\n\n"): same text; an assistant-text matter.
+            detail = "same text; model ids differ from a fresh tokenization"
+        return self.case("token_prefix", div, detail, passed=ok), ids

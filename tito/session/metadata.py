@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tito.render.base import TemplateRenderer
-from tito.render.compare import mismatch_report
+from tito.render.compare import TurnSpan, mismatch_report
 from tito.session.nodes import Node, leaves_of, path_messages, path_of
 from tito.types.errors import TitoError
 from tito.types.messages import Message
@@ -52,7 +52,8 @@ class Describer:
         kwargs = records[-1].request.get("chat_template_kwargs") if records else None
         try:
             meta["tito_session_mismatch"] = mismatch_report(
-                renderer, messages, np.asarray(ids), tools=tools, template_kwargs=kwargs)
+                renderer, messages, np.asarray(ids), tools=tools, template_kwargs=kwargs,
+                turns=turn_spans(records))
         except TitoError as exc:
             meta["tito_session_mismatch_error"] = exc.message
         return meta
@@ -73,6 +74,20 @@ class Describer:
         meta = self.trajectory(session_id, [] if leaf is None else path_of(nodes, leaf))
         meta["tree"] = tree_view(nodes, leaf)
         return meta
+
+
+def turn_spans(records: list[TurnRecord]) -> list[TurnSpan] | None:
+    """Where each turn of a path ends and the template kwargs it ran with (None: a record
+    without its message count, e.g. from an older journal)."""
+    spans = []
+    for k, rec in enumerate(records):
+        end = rec.request.get("message_end")
+        if not isinstance(end, int):
+            return None
+        dropped = records[k + 1].drop if k + 1 < len(records) else 0
+        spans.append(TurnSpan(end, rec.checkpoint_len - dropped,
+                              rec.request.get("chat_template_kwargs")))
+    return spans
 
 
 def per_turn(records: list[TurnRecord], fact: str) -> list[dict[str, Any]]:

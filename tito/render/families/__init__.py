@@ -78,16 +78,21 @@ def standin_for(family: str) -> Tokenizer:
 
 
 def build_renderer(
-    family: str, tokenizer: Tokenizer | str | Path, *, chat_template: str | Path | None = None
+    family: str, tokenizer: Tokenizer | str | Path, *, chat_template: str | Path | None = None,
+    stop_token: str | None = None,
 ) -> TemplateRenderer:
     """The renderer of ``family`` over ``tokenizer`` (a :class:`Tokenizer`, a folder, or
-    ``"standin"`` for a family's documented stand-in)."""
+    ``"standin"`` for a family's documented stand-in); ``stop_token``: the end-of-turn
+    token of a ``default`` template (else the template's own marker)."""
     module = family_module(family)
     if chat_template is not None and family != "default":
         raise ConfigError(
             f"--chat-template is only allowed with family 'default' (family {family!r} "
             "brings its own append-only template)"
         )
+    if stop_token is not None and family != "default":
+        raise ConfigError(f"--stop-token is only allowed with family 'default' (family "
+                          f"{family!r} declares its own stop tokens)")
     if isinstance(tokenizer, str) and tokenizer == STANDIN:
         tokenizer = standin_for(family)
     elif not isinstance(tokenizer, Tokenizer):
@@ -95,4 +100,6 @@ def build_renderer(
 
         tokenizer = load_any(tokenizer)
     template = Path(chat_template).read_text() if chat_template is not None else None
+    if stop_token is not None:
+        return module.build(tokenizer, template, stop_token)
     return module.build(tokenizer, template)

@@ -32,5 +32,6 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="enable_thinking",
         turn_openers=("<|im_start|>",),
     )
-    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
+    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True,
+                            python_literals=True)
     return TemplateRenderer(tokenizer, spec, parser)

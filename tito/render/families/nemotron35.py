@@ -15,8 +15,9 @@
 - Refused: ``truncate_history_thinking=true`` (400 ``template_kwarg_conflict``).
 - Junction: ``<|im_end|>`` then ``\\n``. Stop: ``<|im_end|>``.
 - Format limits: booleans and ``null`` arguments render the Python way (``True``,
-  ``None``: the template's ``| string``) and parse back as strings; content trailing
-  whitespace is trimmed.
+  ``None``: the template's ``| string``); they parse back as a boolean and null, so a
+  string argument that is exactly ``True``, ``False`` or ``None`` comes back as one; content
+  trailing whitespace is trimmed.
 - Tokenizer: not available offline: a documented stand-in (``--tokenizer standin``).
 """
 
@@ -46,5 +47,6 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="enable_thinking",
         turn_openers=("<|im_start|>",),
     )
-    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
+    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True,
+                            python_literals=True)
     return TemplateRenderer(tokenizer, spec, parser)

@@ -33,5 +33,6 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         bridge_base_user=True,
         turn_openers=("<|im_start|>",),
     )
-    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
+    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True,
+                            python_literals=True)
     return TemplateRenderer(tokenizer, spec, parser)
