@@ -31,12 +31,14 @@ FAMILIES: dict[str, str] = {
     "deepseekv32": "deepseek_v32",
     "deepseek_v4": "deepseek_v4",
     "deepseekv4": "deepseek_v4",
+    "deepseek_v41": "deepseek_v41",
     "kimi_k2": "kimi_k2",
     "minimax_m2": "minimax_m2",
     "nemotron3": "nemotron3",
     "llama3": "llama3",
     "gpt_oss": "gpt_oss",
     "mistral": "mistral",
+    "inkling": "inkling",
 }
 ALIASES = {"smollm2": "chatml", "qwennext": "qwen3_thinking", "deepseekv32": "deepseek_v32",
            "deepseekv4": "deepseek_v4"}
