@@ -17,9 +17,11 @@ from tito.types.tokenizer import load_tokenizer
 _CACHE: dict[str, TemplateRenderer] = {}
 FIXTURES = {"qwen3": "qwen3"}
 FAMILIES = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v31",
-            "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "gpt_oss"]
+            "deepseek_v32", "deepseek_v4", "kimi_k2", "minimax_m2", "gpt_oss",
+            "deepseek_v41",
+            "inkling"]
 SLOW = ("qwen35", "gpt_oss")  # the two long templates: about a second each
-END = {"gpt_oss": "<|end|>"}
+END = {"gpt_oss": "<|end|>", "inkling": "<|end_message|>"}
 REASONING, ANSWER = "think hard about it", "The answer is 42."
 
 
@@ -58,7 +60,7 @@ def test_reasoning_ids_end_with_the_reasoning_end_token(family: str) -> None:
                                                   is not None else 0)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "glm47", "deepseek_v31", "kimi_k2"])
+@pytest.mark.parametrize("family", ["qwen3", "glm47", "deepseek_v31", "kimi_k2", "inkling"])
 def test_no_reasoning_counts_nothing(family: str) -> None:
     r = get(family)
     ids = completion(r, None)

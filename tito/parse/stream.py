@@ -34,6 +34,8 @@ CALL_MARKERS: tuple[str, ...] = (
     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<|tool_calls_section_begin|>",
     "<|tool_call_begin|>", "[TOOL_CALLS]", "<minimax:tool_call>", "<|start|>",
     "<|channel|>", "<|constrain|>", "<|call|>", '{"name"', "<think>", "</think>",
+    "<｜DSML｜",  # DeepSeek V3.2 / V4 / V4.1 (``<｜DSML｜ calls>``)
+    "<|message_model|>",  # Inkling: a model message not yet readable (a call's name)
 )
 """Texts that may begin a tool call (or a section a parser reads specially) in some
 family; content is held back from the first one on."""

@@ -268,10 +268,12 @@ class MockModel:
                 continue
             end = marks[k + 1][0] if k + 1 < len(marks) else len(text)
             body = text[pos + len(opener) : end]
-            for header_end in ("<|message|>", "<|end_header_id|>", "<|im_middle|>"):
+            for header_end in ("<|message|>", "<|end_header_id|>", "<|im_middle|>",
+                               "<|content_text|>"):
                 if header_end in body:
                     body = body.split(header_end, 1)[1]
-            for stop in (*self.renderer.closer_texts, "<|end|>", "<|eot_id|>"):
+            for stop in (*self.renderer.closer_texts, "<|end|>", "<|eot_id|>",
+                         "<|end_message|>"):
                 body = body.replace(stop, "")
             return _message_body(body)
         return ""
