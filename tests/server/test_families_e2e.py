@@ -15,8 +15,14 @@ import anthropic
 import httpx
 import openai
 import pytest
-from helpers.support import (Proc, assert_tito_chain, engine_log, start_gateway, start_mock,
-                             tokenizer_dir)
+from helpers.support import (
+    Proc,
+    assert_tito_chain,
+    engine_log,
+    start_gateway,
+    start_mock,
+    tokenizer_dir,
+)
 
 from tito.render import build_renderer
 from tito.render.families import family_module

@@ -11,6 +11,9 @@
 - Thinking per request with ``thinking`` (default off); OpenAI's effort ``xhigh`` sets the
   template's ``reasoning_effort="max"`` (its maximum-effort preamble at the top of the
   prompt: a later turn that changes it changes the render options, refused in v1).
+- Pinned: ``drop_thinking=False``. Tolerated: thinking switched per turn (it changes only
+  the generation prompt). Refused: a system append (400 ``role_not_allowed``), a request
+  that contradicts the pin (400 ``template_kwarg_conflict``).
 - Stop: ``<｜end▁of▁sentence｜>``.
 - Tokenizer: V4.1's is not available offline: a stand-in with DeepSeek's special tokens
   (``--tokenizer standin``). V4's ``tokenizer.json`` (``deepseek-v4/``) also works and is

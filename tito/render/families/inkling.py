@@ -18,9 +18,14 @@
   is a render option of the session: a later turn that changes it is refused (v1, 400
   ``render_changed``) or starts a new root (v2); a turn that leaves it out keeps it.
   The model's thinking has no switch: it may reason at any level (mode ``always``).
+- Pinned: nothing. Tolerated: any effort on the first turn, the same effort (or none sent)
+  later. Refused: a later turn with another effort.
 - Format limits: a re-render orders thinking, text, calls and merges several text messages
   into one (the session keeps the model's own ids; only a re-render from messages differs);
-  an empty turn (only the stop token) renders as nothing in history.
+  an empty generated turn (only the stop token) renders as nothing in history (the fixed
+  template drops it): the session keeps the model's ids and the comparator reports a
+  ``special_token_count`` mismatch; a tool result for a call of an earlier turn than the
+  last is named only in a full render (the bridge sees the last turn's calls).
 - Tokenizer: not available offline (~200k vocabulary): a stand-in with the template's
   special tokens (``--tokenizer standin``).
 """
