@@ -205,13 +205,24 @@ def _chat(family: str, engine: Proc, gateway: Proc) -> None:
     sid, client = _session(gateway.url)
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": f"THINK plan\nCALL get_weather {json.dumps(WEATHER)}"}]
-    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
-                                       reasoning_effort="low")
-    msg = r.choices[0].message
-    assert json.loads(msg.tool_calls[0].function.arguments) == WEATHER
-    assert getattr(msg, "reasoning_content", None) == "plan"
-    messages += [msg.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "SAY Sunny."}]
+    text, reasoning, calls = "", "", {}
+    for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                reasoning_effort="low", stream=True):
+        delta: Any = chunk.choices[0].delta if chunk.choices else None
+        text += (delta and delta.content) or ""
+        reasoning += (delta and getattr(delta, "reasoning_content", None)) or ""
+        for part in (delta and delta.tool_calls) or []:
+            call = calls.setdefault(part.index, {"id": part.id, "type": "function",
+                                                 "function": {"name": "", "arguments": ""}})
+            call["function"]["name"] += part.function.name or ""
+            call["function"]["arguments"] += part.function.arguments or ""
+    assert (text, reasoning) == ("", "plan")  # the family's markers never streamed
+    (call,) = calls.values()
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == WEATHER
+    messages += [{"role": "assistant", "content": None, "reasoning_content": reasoning,
+                  "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "SAY Sunny."}]
     r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
                                        reasoning_effort="low")
     assert r.choices[0].message.content == "Sunny."
