@@ -57,3 +57,17 @@ def test_verify_template_cli_pass_fail_and_usage(capsys: pytest.CaptureFixture,
     assert report["passed"] and report["checks"]["token_prefix"][0] > 0
     assert _run("--tokenizer", str(qwen3), "--family", "qwen3", "--kwargs", "[1]") == 2
     assert _run("--tokenizer", str(tmp_path), "--family", "qwen3") == 2
+
+
+@pytest.mark.parametrize("family,kwargs", [
+    ("inkling", '{"reasoning_effort": "low"}'),
+    ("deepseek_v41", '{"reasoning_effort": "max"}'),
+])
+def test_verify_template_cli_on_a_standin_family(family: str, kwargs: str,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """``--tokenizer standin`` builds a family without a tokenizer file; it passes, also
+    with its effort kwarg."""
+    assert _run("--tokenizer", "standin", "--family", family, "--kwargs", kwargs,
+                "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["checks"]["parse_round_trip"][0] > 0

@@ -285,7 +285,7 @@ def test_inkling_refuses_a_later_turn_that_changes_the_effort(
         stack: tuple[str, Proc, Proc]) -> None:
     """The effort is a system message in the first turn: changing it later would change
     the history, so a v1 session refuses it (400) and stays as it was."""
-    family, _engine, gateway = stack
+    family, engine, gateway = stack
     if family != "inkling":
         pytest.skip("inkling only")
     sid, client = _session(gateway.url)
@@ -299,3 +299,11 @@ def test_inkling_refuses_a_later_turn_that_changes_the_effort(
     assert len(httpx.get(f"{gateway.url}/sessions/{sid}").json()["records"]) == 1
     again = client.chat.completions.create(model="m", messages=follow, reasoning_effort="low")
     assert again.choices[0].message.content == "again"
+    # a turn that leaves the effort out keeps the session's: no false mismatch in the sample
+    last = client.chat.completions.create(model="m", messages=[
+        *follow, again.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "SAY done"}])
+    assert last.choices[0].message.content == "done"
+    records = httpx.get(f"{gateway.url}/sessions/{sid}").json()["records"]
+    assert records[-1]["chat_template_kwargs"] == {"reasoning_effort": "low"}
+    _checked_sample(family, engine, gateway, sid, 3)
