@@ -29,6 +29,7 @@ DSML = "｜DSML｜"
 @lru_cache(maxsize=8)
 def _dsml_patterns(tag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     """(invoke, parameter) patterns for DSML tags spelled ``<{tag}invoke ...>``."""
+    tag = re.escape(tag)
     invoke = re.compile(rf'<{tag}invoke name="([^"]+)">\n?(.*?)</{tag}invoke>\n?', re.DOTALL)
     param = re.compile(rf'<{tag}parameter name="([^"]+)" string="(true|false)">(.*?)'
                        rf"</{tag}parameter>\n?", re.DOTALL)
@@ -85,6 +86,6 @@ class DsmlParser(TaggedParser):
 
     def extract_calls(self, text: str) -> tuple[str, list[Call]]:
         tag = DSML + self.tag_space
-        pattern = re.compile(rf"\n*<{tag}{self.block}>\n?(.*?)</{tag}{self.block}>",
-                             re.DOTALL)
+        opened = re.escape(tag + self.block)
+        pattern = re.compile(rf"\n*<{opened}>\n?(.*?)</{opened}>", re.DOTALL)
         return extract_blocks(text, pattern, partial(_dsml, tag=tag))
