@@ -41,6 +41,8 @@ ORDER = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek_v3
          "glm5",
          "kimi_k25",
          "kimi_k3",
+         "inkling",
+         "deepseek_v41",
          ]
 EXTRA_FIXTURES = {"qwen3": "qwen3", "chatml": "smollm2"}
 CHECKS = ("text_prefix", "token_prefix", "parse_round_trip")
@@ -84,14 +86,25 @@ def family_rows(family: str) -> list[Row]:
     module = family_module(family)
     fixture = getattr(module, "FIXTURE", None) or EXTRA_FIXTURES.get(family)
     if fixture is not None:
-        folder = TOKENIZERS / fixture
-        if not folder.is_dir():
-            raise SystemExit(f"missing fixture tokenizer {folder}")
-        renderer = build_renderer(family, folder)
-        tokenizer, level = f"`{fixture}/`", "token"
+        rows = tokenizer_rows(family, fixture, "token")
     else:
         renderer = build_renderer(family, "standin")
-        tokenizer, level = "stand-in", "token (stand-in)"
+        rows = renderer_rows(family, renderer, "stand-in", "token (stand-in)")
+    compatible = getattr(module, "COMPATIBLE_FIXTURE", None)
+    if compatible is not None:  # a real tokenizer of a sibling model whose tokens suffice
+        rows += tokenizer_rows(family, compatible, "token (sibling's tokenizer)")
+    return rows
+
+
+def tokenizer_rows(family: str, fixture: str, level: str) -> list[Row]:
+    folder = TOKENIZERS / fixture
+    if not folder.is_dir():
+        raise SystemExit(f"missing fixture tokenizer {folder}")
+    return renderer_rows(family, build_renderer(family, folder), f"`{fixture}/`", level)
+
+
+def renderer_rows(family: str, renderer: TemplateRenderer, tokenizer: str,
+                  level: str) -> list[Row]:
     modes = ["on", "off"] if renderer.spec.thinking_kwarg else ["both"]
     aliases = sorted(a for a, m in FAMILIES.items() if m == FAMILIES[family] and a != family)
     rows = []
@@ -177,7 +190,9 @@ matrix on any tokenizer folder:
 `token (stand-in)` runs over a documented stand-in (a deterministic byte-level BPE with the
 family's special tokens, `tito/render/families/loaders.py`) where the real tokenizer is not
 available offline: it checks junctions, bridges, special-token structure and parsing, not
-the model's exact ids. Build one with `--tokenizer standin`. `trim` is the declared trailing
+the model's exact ids. Build one with `--tokenizer standin`. `token (sibling's tokenizer)`
+runs over the real tokenizer of a sibling model whose special tokens the family's format
+needs (DeepSeek V4's for V4.1): real BPE at every junction, not the model's own vocabulary. `trim` is the declared trailing
 trim (stored ids a junction may drop). The shipped Qwen3 / Qwen3-Thinking templates, run
 as `--family default`, fail the verifier (tests prove it).
 

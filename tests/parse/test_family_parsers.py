@@ -11,6 +11,7 @@ from helpers.support import tokenizer_dir
 
 from tito.render import TemplateRenderer, build_renderer
 from tito.render.families import family_module
+from tito.types.messages import ParsedCompletion
 
 FIXTURES = {"chatml": "smollm2", "qwen3": "qwen3"}
 _CACHE: dict[str, TemplateRenderer] = {}
@@ -53,6 +54,8 @@ MALFORMED = {
     "glm5": "r</think><tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>",
     "kimi_k25": "r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{nope<|tool_call_end|><|tool_calls_section_end|>",
     "kimi_k3": 'r<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="n" type="number"<|sep|>many<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>',
+    "deepseek_v41": 'r</think>\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="f">\n<｜DSML｜ parameter name="n" string="false">{bad</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>',
+    "inkling": '<|content_thinking|>r<|end_message|><|message_model|>f<|content_invoke_tool_json|>{"name":"f","args":{oops}<|end_message|>',
 }
 
 
@@ -128,3 +131,41 @@ def test_xml_parameters_printed_as_python_literals_read_back_typed(family: str,
     args = json.loads(calls[0]["function"]["arguments"])
     expected = {"flag": True, "none": None} if literals else {"flag": "True", "none": "None"}
     assert args == {**expected, "word": "True story"}
+def _inkling(text: str, finish: str = "stop") -> ParsedCompletion:
+    r = get("inkling")
+    return r.parse(r.tokenizer.encode(text), finish)
+
+
+def test_inkling_reassembles_one_message_from_model_messages() -> None:
+    parsed = _inkling(
+        "<|content_thinking|> a <|end_message|><|message_model|><|content_text|>One.\n"
+        "<|end_message|><|message_model|>calc<|content_invoke_tool_json|>"
+        '{"name":"calc","args":{"x":[1,{"y":null}]}}<|end_message|>'
+        "<|message_model|><|content_text|>Two.<|end_message|><|content_model_end_sampling|>")
+    assert parsed.reasoning_content == " a "  # bodies are kept exactly
+    assert parsed.content == "One.\n\nTwo."  # text messages joined with a newline
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == [
+        {"x": [1, {"y": None}]}]
+    assert parsed.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("text", [
+    'f<|content_invoke_tool_json|>{"name":"g","args":{}}<|end_message|>',  # names differ
+    'f<|content_invoke_tool_json|>{"name":"f","args":"{}"}<|end_message|>',  # args a string
+    "<|content_xml|><x/><|end_message|>",  # a kind a model message does not carry
+])
+def test_inkling_unreadable_model_message_stays_verbatim(text: str) -> None:
+    parsed = _inkling(text + "<|content_model_end_sampling|>")
+    assert parsed.tool_calls == [] and parsed.content == "<|message_model|>" + text
+
+
+def test_inkling_cut_completions() -> None:
+    cut = _inkling("<|content_thinking|>half a tho", "length")
+    assert (cut.reasoning_content, cut.content, cut.finish_reason) == (
+        "half a tho", "", "length")
+    # cut inside a call: the partial call is kept (with its opener), never dropped
+    cut = _inkling('<|content_text|>Hi<|end_message|><|message_model|>get_wea', "length")
+    assert cut.content == "Hi\n<|message_model|>get_wea" and cut.tool_calls == []
+    # an opener just generated: nothing of that message yet
+    assert _inkling("<|content_text|>Hi<|end_message|><|message_model|>", "length").content \
+        == "Hi"

@@ -27,10 +27,12 @@ FAMILIES = ["qwen3", "qwen3_thinking", "qwen35", "nemotron3", "glm47", "deepseek
             "glm5",
             "kimi_k25",
             "kimi_k3",
+            "deepseek_v41",
+            "inkling",
             ]
 SLOW = ("qwen35", "gpt_oss")  # the two long templates: about a second each
 END = {"gpt_oss": "<|end|>", "minimax_m3": "</mm:think>", "gemma4": "<channel|>",
-       "kimi_k3": "<|close|>think<|sep|>"}
+       "kimi_k3": "<|close|>think<|sep|>", "inkling": "<|end_message|>"}
 REASONING, ANSWER = "think hard about it", "The answer is 42."
 
 
@@ -70,7 +72,7 @@ def test_reasoning_ids_end_with_the_reasoning_end_token(family: str) -> None:
 
 
 @pytest.mark.parametrize("family", ["qwen3", "glm47", "deepseek_v31", "kimi_k2",
-                                    "glm5", "kimi_k25", "kimi_k3"])
+                                    "glm5", "kimi_k25", "kimi_k3", "inkling"])
 def test_no_reasoning_counts_nothing(family: str) -> None:
     r = get(family)
     ids = completion(r, None)

@@ -162,3 +162,33 @@ def test_thinking_off_streams_the_answer_as_content(family: str) -> None:
     assert renderer.parse_turn(words, "length", {kwarg: True}).reasoning_content == \
         "The answer"
     assert renderer.parse_turn(words, "length", off).content == "The answer"
+FAMILY_MESSAGE = {"role": "assistant", "content": "I'll check both. 🌦", "reasoning_content":
+                  "Two cities: Zürich and 東京.", "tool_calls": [
+                      {"id": "c1", "type": "function", "function": {
+                          "name": "get_weather", "arguments": '{"city": "Zürich"}'}},
+                      {"id": "c2", "type": "function", "function": {
+                          "name": "get_weather", "arguments": '{"city": "東京"}'}}]}
+
+
+@pytest.mark.parametrize("family,markers,early", [
+    ("deepseek_v41", ("｜DSML｜", "</think>"), False),  # one block: its calls close together
+    ("inkling", ("<|message_model|>", "<|content_", "<|end_message|>", "get_weather"), True),
+])
+def test_dsml_and_inkling_markers_are_held_back(family: str, markers: tuple[str, ...],
+                                      early: bool) -> None:
+    """Fed one id at a time, a family's call and reasoning markers never reach a delta;
+    the deltas add up to the whole parse (an Inkling call, a message of its own, is sent
+    before the next one is generated)."""
+    r = build_renderer(family, "standin")
+    kwargs = {r.spec.thinking_kwarg: True} if r.spec.thinking_kwarg else None
+    ids = r.render_completion(FAMILY_MESSAGE, template_kwargs=kwargs)
+    deltas, stream, final = stream_all(r, ids)
+    assert not stream.diverged
+    assert (final.content, final.reasoning_content) == ("I'll check both. 🌦",
+                                                        "Two cities: Zürich and 東京.")
+    assert "".join(d.content for d in deltas) == final.content
+    assert "".join(d.reasoning for d in deltas) == final.reasoning_content
+    assert [c for d in deltas for c in d.calls] == final.tool_calls and len(final.tool_calls) == 2
+    assert any(d.calls for d in deltas[:-1]) or not early
+    for d in deltas:
+        assert not any(m in d.content + d.reasoning for m in markers), d

@@ -110,7 +110,8 @@ def test_gpt_oss_return_becomes_end_in_history() -> None:
                                              ("qwen38", "\n"),
                                              ("qwen36", "\n"),
                                              ("nemotron35", "\n"),
-                                             ])
+                                             ("deepseek_v41", ""),
+                                             ("inkling", "")])
 def test_junction_and_cut_turns(family: str, junction: str) -> None:
     plain = {"role": "assistant", "content": "Hello there"}
     drop, text, _ = _bridge_text(family, plain, [{"role": "user", "content": "next"}])
@@ -127,6 +128,7 @@ def test_junction_and_cut_turns(family: str, junction: str) -> None:
                                     "minimax_m3",
                                     "qwen38",
                                     "qwen36",
+                                    "deepseek_v41",
                                     ])
 def test_system_append_is_rejected_naming_family_and_role(family: str) -> None:
     r = get(family)
@@ -196,3 +198,107 @@ def test_families_declare_stop_tokens_in_their_tokenizers() -> None:
         assert r.stop_ids and all(r.tokenizer.id_to_token(i) is not None for i in r.stop_ids)
         report = r.capability_report()
         assert report["family"] == r.family and report["renderer_source"] == "tito"
+
+
+# -- inkling ------------------------------------------------------------------------------
+INKLING_FIXTURE = TOKENIZERS / "inkling" / "chat_template_miles-patched.jinja"
+
+
+def test_inkling_bundled_template_is_the_fixture_byte_for_byte() -> None:
+    if not INKLING_FIXTURE.is_file():
+        pytest.skip(f"needs {INKLING_FIXTURE}")
+    from tito.render.families import bundled_template
+
+    bundled = bundled_template("inkling.jinja")
+    header, _, body = bundled.partition("-#}\n")
+    assert header.startswith("{#-") and body == INKLING_FIXTURE.read_text()
+
+
+def test_inkling_one_assistant_message_is_several_model_messages() -> None:
+    r = get("inkling")
+    message = {"role": "assistant", "content": "Checking both.", "reasoning_content": "Two.",
+               "tool_calls": [CALL, {**CALL, "id": "call_2", "function": {
+                   "name": "get_weather", "arguments": json.dumps({"city": "東京"})}}]}
+    ids = r.render_completion(message, tools=TOOLS)
+    assert r.tokenizer.decode(ids) == (
+        "<|content_thinking|>Two.<|end_message|>"
+        "<|message_model|><|content_text|>Checking both.<|end_message|>"
+        '<|message_model|>get_weather<|content_invoke_tool_json|>{"name":"get_weather",'
+        '"args":{"city":"Paris"}}<|end_message|>'
+        '<|message_model|>get_weather<|content_invoke_tool_json|>{"name":"get_weather",'
+        '"args":{"city":"東京"}}<|end_message|><|content_model_end_sampling|>')
+    parsed = r.parse(ids, "stop")
+    assert (parsed.content, parsed.reasoning_content) == ("Checking both.", "Two.")
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.tool_calls] == [
+        {"city": "Paris"}, {"city": "東京"}]
+    # the parsed message renders back to the same ids (the round trip is exact)
+    again = {"role": "assistant", "content": parsed.content,
+             "reasoning_content": parsed.reasoning_content, "tool_calls": parsed.tool_calls}
+    assert r.render_completion(again, tools=TOOLS) == ids
+    # a tool result is named after its call; the bridge follows the stop token directly
+    drop, text, _ = _bridge_text("inkling", message, [
+        {"role": "tool", "tool_call_id": "call_2", "content": "sunny"}])
+    assert drop == 0
+    assert text == "<|message_tool|>get_weather<|content_text|>sunny<|end_message|>" \
+        "<|message_model|>"
+
+
+@pytest.mark.parametrize("effort,level", [("none", "0"), ("minimal", "0.1"), ("low", "0.2"),
+                                          ("medium", "0.7"), ("high", "0.9"),
+                                          ("xhigh", "0.99")])
+def test_inkling_reasoning_effort_is_a_system_message(effort: str, level: str) -> None:
+    r = get("inkling")
+    kwargs = r.effort_kwargs(effort)
+    text = r.render_text([{"role": "system", "content": "S"}, {"role": "user", "content": "q"}],
+                         template_kwargs=kwargs, add_generation_prompt=True)
+    assert text == ("<|message_system|><|content_text|>S<|end_message|><|message_system|>"
+                    f"<|content_text|>Thinking effort level: {level}<|end_message|>"
+                    "<|message_user|><|content_text|>q<|end_message|><|message_model|>")
+    report = verify_renderer(r, kwargs=kwargs)
+    assert report.passed, [c for c in report.cases if not c.passed][:3]
+
+
+def test_inkling_anthropic_thinking_sets_the_effort_level() -> None:
+    r = get("inkling")
+    assert r.thinking_switch_kwargs(False) == {"reasoning_effort": "none"}
+    assert r.thinking_switch_kwargs(True) == {"reasoning_effort": "high"}
+    assert r.effort_kwargs("xhigh") == {"reasoning_effort": "max"}
+    assert get("qwen3").thinking_switch_kwargs(False) == {"enable_thinking": False}
+    assert get("kimi_k2").thinking_switch_kwargs(False) == {}
+
+
+# -- deepseek_v41 -------------------------------------------------------------------------
+def test_deepseek_v41_is_v4_with_the_v41_tag_spelling() -> None:
+    v4, v41 = get("deepseek_v4"), get("deepseek_v41")
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "w?"},
+                {"role": "assistant", "content": "", "reasoning_content": "r",
+                 "tool_calls": [CALL, {**CALL, "id": "c2", "function": {
+                     "name": "calc", "arguments": json.dumps({"n": 3, "x": [1]})}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    for kwargs in ({"thinking": True}, {"thinking": False}):
+        old = v4.render_text(messages, tools=TOOLS, template_kwargs=kwargs,
+                             add_generation_prompt=True)
+        new = v41.render_text(messages, tools=TOOLS, template_kwargs=kwargs,
+                              add_generation_prompt=True)
+        assert "<｜DSML｜ calls>" in new and "｜DSML｜tool_calls" not in new
+        respelled = old.replace("｜DSML｜tool_calls", "｜DSML｜ calls")
+        for tag in ("invoke", "parameter"):
+            respelled = respelled.replace(f"｜DSML｜{tag}", f"｜DSML｜ {tag}")
+        assert new == respelled
+    # V4's parser does not read V4.1's calls (they stay in content) and vice versa
+    ids = v41.render_completion(messages[2], tools=TOOLS, template_kwargs={"thinking": True})
+    assert len(v41.parse(ids, "stop").tool_calls) == 2
+    assert v4.parse(ids, "stop").tool_calls == []
+
+
+def test_deepseek_v41_over_the_v4_tokenizer_passes_the_verifier() -> None:
+    folder = TOKENIZERS / "deepseek-v4"
+    if not folder.is_dir():
+        pytest.skip(f"needs {folder}")
+    r = build_renderer("deepseek_v41", folder)
+    report = verify_renderer(r)
+    assert report.passed, [c for c in report.cases if not c.passed][:3]
+    dsml = r.tokenizer.require_id("｜DSML｜")  # one id, as in V4's tags; the space is BPE
+    assert dsml in r.tokenizer.encode("<｜DSML｜ calls>")
+    for special in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"):
+        assert r.tokenizer.encode(special) == [r.tokenizer.require_id(special)]

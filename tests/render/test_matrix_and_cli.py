@@ -69,3 +69,15 @@ def test_verify_template_standin_passes_for_new_families(family: str,
     assert _run("--tokenizer", "standin", "--family", family, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] and report["checks"]["token_prefix"][0] > 0
+@pytest.mark.parametrize("family,kwargs", [
+    ("inkling", '{"reasoning_effort": "low"}'),
+    ("deepseek_v41", '{"reasoning_effort": "max"}'),
+])
+def test_verify_template_cli_on_a_standin_family(family: str, kwargs: str,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """``--tokenizer standin`` builds a family without a tokenizer file; it passes, also
+    with its effort kwarg."""
+    assert _run("--tokenizer", "standin", "--family", family, "--kwargs", kwargs,
+                "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["checks"]["parse_round_trip"][0] > 0

@@ -20,7 +20,14 @@ import httpx2
 import openai
 import pytest
 from helpers.inproc import asgi_client, gateway_over_mock_engine, new_session, openai_for
-from helpers.support import Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.support import (
+    Proc,
+    assert_tito_chain,
+    engine_log,
+    start_gateway,
+    start_mock,
+    tokenizer_dir,
+)
 
 from tito.render import build_renderer
 from tito.render.families import family_module
@@ -50,6 +57,8 @@ FAMILIES = {"qwen3": "qwen3", "glm47": None, "deepseek_v4": "deepseek-v4",
             "glm5": None,
             "kimi_k25": None,
             "kimi_k3": None,
+            "deepseek_v41": None,
+            "inkling": None,
             }
 
 
@@ -481,3 +490,145 @@ async def _k3_refusal(http: httpx.AsyncClient) -> None:
     records = await _checked(http, sid)
     assert [r["chat_template_kwargs"] for r in records] == \
         [{"thinking": True, "thinking_effort": "max"}] * 2
+
+
+# -- the three APIs with each family's effort -------------------------------------------
+EFFORT_FAMILIES = {
+    "deepseek_v41",
+    "inkling",
+}
+"""Families whose sessions also run through Responses and Messages here (one per line)."""
+EFFORT_IN_PROMPT = {
+    "inkling": {"low": "Thinking effort level: 0.2", "xhigh": "Thinking effort level: 0.99",
+                "disabled": "Thinking effort level: 0<"},
+    "deepseek_v41": {"low": "<｜Assistant｜><think>", "xhigh": "Reasoning Effort: Absolute",
+                     "disabled": "<｜Assistant｜></think>"},
+}
+"""What each API's thinking setting puts in the family's prompt."""
+PARIS = {"city": "Paris"}
+
+
+def _first_prompt(family: str, engine: Proc, sid: str) -> str:
+    tokenizer = build_renderer(family, "standin").tokenizer
+    return str(tokenizer.decode(engine_log(engine.url, sid)[0]["input_ids"]))
+
+
+def _effort_sample(family: str, engine: Proc, gateway: Proc, sid: str, turns: int) -> None:
+    """The session's prompts extend each other and its sample has 0 strict mismatches."""
+    log = engine_log(engine.url, sid)
+    assert len(log) == turns
+    assert_tito_chain(log)
+    resp = httpx.post(f"{gateway.url}/sessions/{sid}/samples", json={})
+    assert resp.status_code == 200, resp.text
+    sample = decode_samples(resp.content).samples[0]
+    assert sample.tokens.tolist() == log[-1]["input_ids"] + log[-1]["output_ids"]
+    mismatches = sample.metadata["tito_session_mismatch"]
+    assert not [m for m in mismatches if m["type"] in STRICT], (family, mismatches)
+
+
+def _effort_chat(family: str, engine: Proc, gateway: Proc) -> None:
+    sid, client = _session(gateway.url)
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"THINK plan\nCALL get_weather {json.dumps(PARIS)}"}]
+    text, reasoning, calls = "", "", {}
+    for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                reasoning_effort="low", stream=True):
+        delta: Any = chunk.choices[0].delta if chunk.choices else None
+        text += (delta and delta.content) or ""
+        reasoning += (delta and getattr(delta, "reasoning_content", None)) or ""
+        for part in (delta and delta.tool_calls) or []:
+            call = calls.setdefault(part.index, {"id": part.id, "type": "function",
+                                                 "function": {"name": "", "arguments": ""}})
+            call["function"]["name"] += part.function.name or ""
+            call["function"]["arguments"] += part.function.arguments or ""
+    assert (text, reasoning) == ("", "plan")  # the family's markers never streamed
+    (call,) = calls.values()
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == PARIS
+    messages += [{"role": "assistant", "content": None, "reasoning_content": reasoning,
+                  "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "SAY Sunny."}]
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                       reasoning_effort="low")
+    assert r.choices[0].message.content == "Sunny."
+    assert EFFORT_IN_PROMPT[family]["low"] in _first_prompt(family, engine, sid)
+    _effort_sample(family, engine, gateway, sid, 2)
+
+
+def _effort_responses(family: str, engine: Proc, gateway: Proc) -> None:
+    sid, client = _session(gateway.url)
+    tools: Any = [{"type": "function", "name": t["function"]["name"],
+                   "parameters": t["function"]["parameters"]} for t in TOOLS]
+    first: list[Any] = [{"role": "user", "content": "THINK plan\nCALL get_weather "
+                         f"{json.dumps(PARIS)}\nCALL calculator {{\"expression\": \"1+1\"}}"}]
+    reply = client.responses.create(model="m", input=first, tools=tools,
+                                    reasoning={"effort": "xhigh"})
+    kinds = [item.type for item in reply.output]
+    assert kinds == ["reasoning", "function_call", "function_call"], kinds
+    calls = [item for item in reply.output if item.type == "function_call"]
+    echoed = [item.model_dump(exclude_none=True) for item in reply.output]
+    second = client.responses.create(model="m", tools=tools, reasoning={"effort": "xhigh"},
+                                     input=[*first, *echoed, *(
+                                         {"type": "function_call_output", "call_id": c.call_id,
+                                          "output": "SAY done"} for c in calls)])
+    assert second.output_text == "done"
+    assert EFFORT_IN_PROMPT[family]["xhigh"] in _first_prompt(family, engine, sid)
+    _effort_sample(family, engine, gateway, sid, 2)
+
+
+def _effort_messages(family: str, engine: Proc, gateway: Proc) -> None:
+    sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
+    client = anthropic.Anthropic(base_url=f"{gateway.url}/sessions/{sid}", api_key="x",
+                                 max_retries=0)
+    tools: Any = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+                  for t in TOOLS]
+    history: list[Any] = [{"role": "user", "content": f"CALL get_weather {json.dumps(PARIS)}"}]
+    reply = client.messages.create(model="m", max_tokens=256, messages=history, tools=tools,
+                                   thinking={"type": "disabled"})
+    use = next(b for b in reply.content if b.type == "tool_use")
+    assert reply.stop_reason == "tool_use" and use.input == PARIS
+    history += [{"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                              "content": "SAY Done."}]}]
+    reply = client.messages.create(model="m", max_tokens=256, messages=history, tools=tools,
+                                   thinking={"type": "disabled"})
+    assert [b.text for b in reply.content if b.type == "text"] == ["Done."]
+    assert EFFORT_IN_PROMPT[family]["disabled"] in _first_prompt(family, engine, sid)
+    _effort_sample(family, engine, gateway, sid, 2)
+
+
+def test_sessions_through_chat_responses_and_effort_messages(stack: tuple[str, Proc, Proc]) -> None:
+    family, engine, gateway = stack
+    if family not in EFFORT_FAMILIES:
+        pytest.skip(f"{family}: its three-API sessions run in the API test modules")
+    _effort_chat(family, engine, gateway)
+    _effort_responses(family, engine, gateway)
+    _effort_messages(family, engine, gateway)
+
+
+def test_inkling_refuses_a_later_turn_that_changes_the_effort(
+        stack: tuple[str, Proc, Proc]) -> None:
+    """The effort is a system message in the first turn: changing it later would change
+    the history, so a v1 session refuses it (400) and stays as it was."""
+    family, engine, gateway = stack
+    if family != "inkling":
+        pytest.skip("inkling only")
+    sid, client = _session(gateway.url)
+    first = [{"role": "user", "content": "SAY hi"}]
+    r = client.chat.completions.create(model="m", messages=first, reasoning_effort="low")
+    follow = [*first, r.choices[0].message.model_dump(exclude_none=True),
+              {"role": "user", "content": "SAY again"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="m", messages=follow, reasoning_effort="high")
+    assert err.value.code == "render_changed" and "reasoning_effort" in str(err.value)
+    assert len(httpx.get(f"{gateway.url}/sessions/{sid}").json()["records"]) == 1
+    again = client.chat.completions.create(model="m", messages=follow, reasoning_effort="low")
+    assert again.choices[0].message.content == "again"
+    # a turn that leaves the effort out keeps the session's: no false mismatch in the sample
+    last = client.chat.completions.create(model="m", messages=[
+        *follow, again.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "SAY done"}])
+    assert last.choices[0].message.content == "done"
+    records = httpx.get(f"{gateway.url}/sessions/{sid}").json()["records"]
+    assert records[-1]["chat_template_kwargs"] == {"reasoning_effort": "low"}
+    _effort_sample(family, engine, gateway, sid, 3)

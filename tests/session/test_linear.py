@@ -347,6 +347,8 @@ def test_changed_tools_or_options_are_refused_in_v1(renderer: TemplateRenderer) 
     with_tools(s, [U1, a1, U2], {"role": "assistant", "content": "ok"}, None,
                {"enable_thinking": False})
     assert s.tools == [TOOL] and len(s.records) == 2
+    # ... and the turn's record lists them (a comparator renders the path under them)
+    assert s.records[1].request["chat_template_kwargs"] == {"x": 1, "enable_thinking": False}
 
 
 def test_v1_still_rolls_back_a_retry_with_other_tools(renderer: TemplateRenderer) -> None:

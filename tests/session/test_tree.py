@@ -225,3 +225,18 @@ def test_changed_tools_start_a_new_root(renderer: TemplateRenderer) -> None:
     finish(s, s.plan(TurnRequest([*first, reply, user("two"), s.messages[-1],
                                   user("three")])), "fine")
     assert [n.parent for n in s.nodes] == [None, None, 1]  # tools left out: the recorded
+
+
+def test_options_left_out_are_kept_in_the_child_record(renderer: TemplateRenderer) -> None:
+    """A child that leaves the chat-template options out renders with its path's and its
+    record lists them (a comparator renders the path under them); the thinking switch is
+    per turn."""
+    s = TreeSession("s", renderer, strict)
+    first = [user("one")]
+    finish(s, s.plan(TurnRequest(list(first), template_kwargs={"x": 1})), "hi")
+    plan = s.plan(TurnRequest([*first, s.messages[-1], user("two")],
+                              template_kwargs={"enable_thinking": False}))
+    finish(s, plan, "ok")
+    assert [n.parent for n in s.nodes] == [None, 0]
+    assert s.nodes[1].record.request["chat_template_kwargs"] == {
+        "x": 1, "enable_thinking": False}

@@ -38,6 +38,8 @@ CALL_MARKERS: tuple[str, ...] = (
     "<|tool_call>", "<|channel>", "<channel|>",
     "<|close|>",  # Kimi K3: closes the response section (then tools)
     "<|open|>",  # Kimi K3: opens a section
+    "<｜DSML｜",  # DeepSeek V3.2 / V4 / V4.1 (``<｜DSML｜ calls>``)
+    "<|message_model|>",  # Inkling: a model message not yet readable (a call's name)
 )
 """Texts that may begin a tool call (or a section a parser reads specially) in some
 family; content is held back from the first one on."""

@@ -219,6 +219,12 @@ class TemplateRenderer:
             out[self.spec.effort_kwarg] = level
         return {k: v for k, v in out.items() if k not in self.spec.pinned_kwargs}
 
+    def thinking_switch_kwargs(self, on: bool) -> dict[str, Any]:
+        """The template kwargs of a plain thinking switch (Anthropic ``thinking``): the
+        family's ``thinking_kwarg``; nothing for a family without one (a family hook)."""
+        kwarg = self.spec.thinking_kwarg
+        return {} if kwarg is None else {kwarg: on}
+
     def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
         """How many of the generated ids are the reasoning of ``parsed`` (its parse): the
         family's parser counts them from the ids (``reasoning_tokens``; 0 for a parser

@@ -26,7 +26,7 @@ from tito.session.base import SessionBase, StoredBytes
 from tito.session.collect import LinearCollection
 from tito.session.idbuffer import IdBuffer
 from tito.session.matchers import Matcher, differing_fields
-from tito.session.options import options_change
+from tito.session.options import keep_options, options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
@@ -161,6 +161,7 @@ class LinearSession(SessionBase):
                 "(deferred tools with defer_loading), keep the options, or use "
                 "--session-version v2, where a change starts a new root",
                 code="render_changed")
+        keep_options(kwargs, request, self.renderer.spec.thinking_kwarg)
         keep_messages = self.checkpoint_ends[target]
         rolled_back = len(self.records) - (target + 1)
         base = snapshot_ids(self.records[: target + 1]) if rolled_back else self.snapshot.view()

@@ -4,8 +4,11 @@ turns were rendered with are part of its history, like its messages.
 A request that changes them cannot extend the path bit for bit (the template would put
 the new tools or options where the stored prefix has the old ones): v1 refuses it with a
 400 naming the change, v2 starts a new root. A request that leaves them out keeps the
-recorded ones. The family's thinking switch is a per-turn option (it changes only the
-generation prompt) and is not compared.
+recorded ones (:func:`keep_options`: its turn renders, and its record lists, the path's
+options, so a comparator that renders the path under a turn's options sees the ones the
+path was rendered with, e.g. inkling's or gpt-oss's effort at the top of the prompt).
+The family's thinking switch is a per-turn option (it changes only the generation
+prompt) and is not compared.
 """
 
 from __future__ import annotations
@@ -54,3 +57,14 @@ def options_change(tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | 
         keys = sorted(k for k in set(asked) | set(recorded) if asked.get(k) != recorded.get(k))
         changes.append(f"chat_template_kwargs ({', '.join(keys)})")
     return " and ".join(changes) or None
+
+
+def keep_options(kwargs: dict[str, Any] | None, request: TurnRequest,
+                 thinking_kwarg: str | None) -> None:
+    """Give ``request`` (it extends a path rendered with chat-template ``kwargs``, and
+    :func:`options_change` found no change) the recorded options it leaves out; the
+    thinking switch, a per-turn option, is not carried over."""
+    asked = request.template_kwargs or {}
+    missing = {k: v for k, v in _options(kwargs, thinking_kwarg).items() if k not in asked}
+    if missing:
+        request.template_kwargs = {**missing, **asked}

@@ -30,7 +30,7 @@ from tito.session.links import pinned_parent
 from tito.session.matchers import Matcher
 from tito.session.metadata import tree_view
 from tito.session.nodes import Node, leaves_of, path_messages, path_of
-from tito.session.options import options_change
+from tito.session.options import keep_options, options_change
 from tito.session.turns import (
     TurnCommit,
     TurnPlan,
@@ -224,6 +224,8 @@ class TreeSession(SessionBase):
         node = nodes[parent]
         check_after_cut(node.record, self.after_length_cut, f"the matched node {parent}",
                         "branch before the cut instead")
+        keep_options(node.record.request.get("chat_template_kwargs"), request,
+                     self.renderer.spec.thinking_kwarg)
         base = self._snapshot_of(nodes, parent)
         return extension(self.renderer, request, base, node.delta[-1],
                          keep_records=node.depth + 1, keep_messages=covered,

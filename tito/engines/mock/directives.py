@@ -288,11 +288,12 @@ class MockModel:
             end = marks[k + 1][0] if k + 1 < len(marks) else len(text)
             body = text[pos + len(opener) : end]
             for header_end in ("<|message|>", "<|end_header_id|>", "<|im_middle|>",
-                               "<|sep|>"):  # (Kimi K3: role="user"<|sep|>)
+                               "<|sep|>",  # (Kimi K3: role="user"<|sep|>)
+                               "<|content_text|>"):
                 if header_end in body:
                     body = body.split(header_end, 1)[1]
             for stop in (*self.renderer.closer_texts, "<|end|>", "<|eot_id|>",
-                         "<|close|>message<|sep|>"):
+                         "<|close|>message<|sep|>", "<|end_message|>"):
                 body = body.replace(stop, "")
             return _message_body(body)
         return ""

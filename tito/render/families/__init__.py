@@ -35,6 +35,7 @@ FAMILIES: dict[str, str] = {
     "deepseekv32": "deepseek_v32",
     "deepseek_v4": "deepseek_v4",
     "deepseekv4": "deepseek_v4",
+    "deepseek_v41": "deepseek_v41",
     "kimi_k2": "kimi_k2",
     "kimi_k25": "kimi_k25",
     "kimi_k3": "kimi_k3",
@@ -47,6 +48,7 @@ FAMILIES: dict[str, str] = {
     "llama3": "llama3",
     "gpt_oss": "gpt_oss",
     "mistral": "mistral",
+    "inkling": "inkling",
 }
 ALIASES = {"smollm2": "chatml", "qwennext": "qwen3_thinking", "deepseekv32": "deepseek_v32",
            "deepseekv4": "deepseek_v4"}

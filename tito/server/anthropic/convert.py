@@ -377,11 +377,11 @@ def chat_tool(tool: ToolDef, index: int) -> dict[str, Any]:
 
 def thinking_kwargs(req: MessagesRequest | CountTokensRequest,
                     renderer: TemplateRenderer) -> dict[str, Any] | None:
-    """``thinking`` -> the family's thinking switch (ignored by families without one)."""
-    kwarg = renderer.spec.thinking_kwarg
-    if req.thinking is None or kwarg is None:
+    """``thinking`` -> the family's thinking switch (its effort level for a family whose
+    template has levels and no switch, e.g. inkling; ignored by families with neither)."""
+    if req.thinking is None:
         return None
-    return {kwarg: req.thinking.type != "disabled"}
+    return renderer.thinking_switch_kwargs(req.thinking.type != "disabled") or None
 
 
 # -- outcome -> response -----------------------------------------------------------------

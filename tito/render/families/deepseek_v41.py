@@ -1,0 +1,58 @@
+"""``deepseek_v41``: DeepSeek-V4.1 (DSML ``<｜DSML｜ calls>``: a space in every tag).
+
+- Template: ours, a *reconstruction* from the public description of the format, not the
+  publisher's file (its chat_template.jinja and encoding.py are not available offline):
+  our ``deepseek_v4`` template with V4.1's tag spelling, a space after the DSML token in
+  every tag and ``calls`` for ``tool_calls`` (``<｜DSML｜ calls>``, ``<｜DSML｜ invoke
+  name="N">``, ``<｜DSML｜ parameter name="K" string="true|false">V</｜DSML｜ parameter>``).
+  Everything else is V4's: ``drop_thinking=False`` pinned (history reasoning kept, tool and
+  user appends append-only), tool results as ``<tool_result>`` in user turns.
+- System messages are gathered at the top: appends are ``tool``, ``user``, ``assistant``.
+- Thinking per request with ``thinking`` (default off); OpenAI's effort ``xhigh`` sets the
+  template's ``reasoning_effort="max"`` (its maximum-effort preamble at the top of the
+  prompt: a later turn that changes it changes the render options, refused in v1).
+- Pinned: ``drop_thinking=False``. Tolerated: thinking switched per turn (it changes only
+  the generation prompt). Refused: a system append (400 ``role_not_allowed``), a request
+  that contradicts the pin (400 ``template_kwarg_conflict``).
+- Stop: ``<｜end▁of▁sentence｜>``.
+- Tokenizer: V4.1's is not available offline: a stand-in with DeepSeek's special tokens
+  (``--tokenizer standin``). V4's ``tokenizer.json`` (``deepseek-v4/``) also works and is
+  verified: its special tokens suffice (BOS, EOS, ``<｜User｜>``, ``<｜Assistant｜>``,
+  ``<think>``, ``</think>`` and ``｜DSML｜`` as one id; the tag's space and name are BPE).
+"""
+
+from __future__ import annotations
+
+from tito.parse.deepseek import DsmlParser
+from tito.render.base import FamilySpec, TemplateRenderer
+from tito.render.families import bundled_template
+from tito.types.tokenizer import Tokenizer
+
+FIXTURE = None
+COMPATIBLE_FIXTURE = "deepseek-v4"
+"""A real tokenizer folder this family is also verified over (V4's: same special tokens)."""
+EOS = "<｜end▁of▁sentence｜>"
+BOS = "<｜begin▁of▁sentence｜>"
+STANDIN = (BOS, EOS, "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜")
+STANDIN_EOS = EOS
+
+
+def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+    spec = FamilySpec(
+        name="deepseek_v41",
+        template=template or bundled_template("deepseek_v41.jinja"),
+        pinned_kwargs={"drop_thinking": False},
+        allowed_append_roles=frozenset({"tool", "user", "assistant"}),
+        assistant_start="<｜Assistant｜>",
+        stop_tokens=(EOS,),
+        bos_token=BOS,
+        eos_token=EOS,
+        thinking_kwarg="thinking",
+        thinking_default=False,
+        turn_openers=("<｜User｜>", "<｜Assistant｜>"),
+        effort_kwarg="reasoning_effort",
+        effort_levels={"xhigh": "max"},
+    )
+    parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
+                        block="calls", tag_space=" ")
+    return TemplateRenderer(tokenizer, spec, parser)
