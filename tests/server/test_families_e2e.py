@@ -233,7 +233,7 @@ RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"],
 def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
     if family not in PROMPT_CHECKED:
-        pytest.skip(f"{family}: Responses sessions are covered in tests/server/responses")
+        pytest.skip(f"{family}: the Responses thinking prompt is checked for PROMPT_CHECKED")
     sid, client = _session(gateway.url)
     first = client.responses.create(
         model="m", tools=[WEATHER_RESPONSES], reasoning={"effort": "high"},
@@ -254,7 +254,7 @@ def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> Non
 def test_messages_session_with_anthropic_thinking(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
     if family not in PROMPT_CHECKED:
-        pytest.skip(f"{family}: Messages sessions are covered in tests/server/anthropic")
+        pytest.skip(f"{family}: the Messages thinking prompt is checked for PROMPT_CHECKED")
     import anthropic
 
     sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
@@ -597,10 +597,10 @@ def _effort_messages(family: str, engine: Proc, gateway: Proc) -> None:
     _effort_sample(family, engine, gateway, sid, 2)
 
 
-def test_sessions_through_chat_responses_and_effort_messages(stack: tuple[str, Proc, Proc]) -> None:
+def test_effort_sessions_through_chat_responses_and_messages(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
     if family not in EFFORT_FAMILIES:
-        pytest.skip(f"{family}: its three-API sessions run in the API test modules")
+        pytest.skip(f"{family}: its effort prompt is checked for EFFORT_FAMILIES")
     _effort_chat(family, engine, gateway)
     _effort_responses(family, engine, gateway)
     _effort_messages(family, engine, gateway)
