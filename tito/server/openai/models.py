@@ -3,7 +3,7 @@
 Requests are validated only: the session keeps the client's message dicts as sent, so
 replay matching compares what the client really sends. Unknown top-level fields are
 accepted and ignored, as OpenAI-compatible servers do; ``logprobs`` (TITO owns the
-tokens) is ignored on purpose, and ``input_ids`` is refused by the turn route (400
+tokens) is ignored on purpose, and ``input_ids`` is refused by the request model (400
 ``gateway_owned_field``). Responses are built by
 :mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and
 serialized by :class:`~tito.server.wire.Wire`.
@@ -25,6 +25,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
+from tito.server.owned import RefusesOwnedFields
 from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
 
@@ -126,7 +127,7 @@ class ResponseFormat(_Open):
         return self
 
 
-class ChatCompletionRequest(_Open):
+class ChatCompletionRequest(_Open, RefusesOwnedFields):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
     tools: list[Tool] | None = None
