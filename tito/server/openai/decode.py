@@ -59,7 +59,10 @@ def decode_chat(body: bytes, stored: list[Message], max_depth: int,
     the last body's, so are its request fields and sampling settings. ``state``: the
     session's API state, where the last body is kept."""
     last: LastBody | None = state.chat_body
-    parsed = decode_growing(body, "messages", None if last is None else last.parsed)
+    # short: a client that rewrites its last message (a cache marker moved on) still
+    # extends the body before it
+    parsed = decode_growing(body, "messages", None if last is None else last.parsed,
+                            short=True)
     reused = parsed.extended if last is not None else 0
     equal = 0
     if reused and last is not None and last.stored is not None:
