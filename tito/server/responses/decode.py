@@ -80,7 +80,7 @@ def decode_responses(body: bytes, max_depth: int, *, state: LastBodies | None = 
     ``images``: gets the places of the input's images (each now the marker text)."""
     last = state.responses_body if state is not None else None
     parsed = decode_growing(body, "input", None if last is None else last.parsed,
-                            keep=state is not None)
+                            keep=state is not None, short=True)
     request, items, start, resume = _parse(body, parsed, last, max_depth)
     chat = last.chat[:resume] if last is not None else []  # resume 0: convert all
     found = [i for i in last.images if i[0] < start] if last is not None else []
@@ -107,18 +107,19 @@ def _parse(body: bytes, parsed: Parsed, last: LastBody | None, max_depth: int
            ) -> tuple[ResponsesRequest, list[InputItem], int, int]:
     """(the request, the items to convert, the index of the first of them, the length of
     the last body's chat messages the conversion continues; 0, 0: convert all)."""
-    reused = parsed.extended if last is not None else 0  # every item of the last body
-    if reused and last is not None:
+    # every item of the last body, or all but its last (rewritten: parsed as new)
+    reused = parsed.extended if last is not None else 0
+    if reused and last is not None and reused >= last.open_from:
         data = parsed.data
+        kept = last.open_items[:reused - last.open_from]  # converted again, with the new
         try:
             if parsed.same_rest:  # the other members are last body's: so is their check
                 new = data["input"][reused:]
                 check_depth({"input": new}, max_depth)
                 fresh = [parse_item(item, i) for i, item in enumerate(new, start=reused)]
-                return last.request, [*last.open_items, *fresh], last.open_from, \
-                    last.open_chat
+                return last.request, [*kept, *fresh], last.open_from, last.open_chat
             request, fresh = parse_responses_request(data, max_depth=max_depth, skip=reused)
-            return request, [*last.open_items, *fresh], last.open_from, last.open_chat
+            return request, [*kept, *fresh], last.open_from, last.open_chat
         except BadRequest:
             pass  # the reused items are placeholders here: word it from the whole body
     request, items = parse_responses_request(
