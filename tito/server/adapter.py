@@ -158,7 +158,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     ctx = TurnContext(gateway, session, state, list(session.messages),
                       state.last_bodies(None if agent is None else agent.key))
     raw, offload, decoded = await read_turn_body(
-        gateway, request, lambda body: adapter.decode(ctx, body))
+        gateway, request, lambda body: adapter.decode(ctx, body), ctx.bodies.covered)
     turn = adapter.prepare(ctx, decoded)
     params = session_params(state, turn)
     note_unenforced(gateway.engine, turn.turn, params)

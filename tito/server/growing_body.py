@@ -130,6 +130,17 @@ def parse_growing(body: bytes, key: str, previous: GrowingBody | None, *,
     return Parsed(data, None if state is None else replace(state, misses=misses), 0, False)
 
 
+def covered(body: bytes, state: GrowingBody | None) -> int:
+    """How many leading bytes of ``body`` are ``state``'s (its head, else its short head,
+    by length and digest): what a parse past ``state`` would not parse again; 0: none."""
+    if state is None:
+        return 0
+    for length, digest in ((state.head, state.digest), (state.short, state.short_digest)):
+        if 0 < length < len(body) and xxh3_128_intdigest(memoryview(body)[:length]) == digest:
+            return length
+    return 0
+
+
 def same_json(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are the same JSON value with the same Python types and the
     same key order: what ``orjson.loads`` would give for either's text (``1 == 1.0``,
