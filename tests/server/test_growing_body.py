@@ -282,7 +282,10 @@ def decode_both(body: bytes, known: list[Any], api_state: ApiState) -> Any:
         return None
     got = decode_chat(body, known, 64, api_state, 1024)
     assert got.data == fresh.data and list(got.data) == list(fresh.data)
-    assert got.request.model_dump() == fresh.request.model_dump()
+    # the request's messages are models, or the body's own dicts where they were validated
+    # one by one past a known prefix (the turn is built from the data, compared above)
+    assert got.request.model_dump(exclude={"messages"}) == \
+        fresh.request.model_dump(exclude={"messages"})
     assert got.stored_prefix == fresh.stored_prefix
     assert got.developer == fresh.developer
     assert got.params == fresh.params

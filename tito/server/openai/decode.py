@@ -73,7 +73,7 @@ def decode_chat(body: bytes, stored: list[Message], max_depth: int,
             equal = 0
     chat, verified = validate_chat(parsed.data, stored=stored, max_depth=max_depth,
                                    same_as=last.request if last and parsed.same_rest else None,
-                                   equal_prefix=equal)
+                                   equal_prefix=equal, valid_prefix=reused)
     messages = parsed.data["messages"]
     if verified and parsed.state is not None:
         # the client's copies of stored messages (the replies it sends back) give way to

@@ -60,8 +60,9 @@ class LastBody:
     chat: list[Message]
     """The chat messages of the body's items (without the ``instructions`` message)."""
     open_from: int
-    """The last item index where no assistant turn was open (the conversion of a longer
-    input resumes there) ..."""
+    """The last item index, at or before the body's last item, where no assistant turn
+    was open (the conversion of a longer input, or of one that rewrote the last item,
+    resumes there) ..."""
     open_chat: int
     """... the length of ``chat`` there ..."""
     open_items: list[InputItem]
@@ -87,7 +88,10 @@ def decode_responses(body: bytes, max_depth: int, *, state: LastBodies | None = 
     request = request.model_copy(update={"input": []}) if request.input else request
     breaks: list[tuple[int, int]] = []
     extend_chat_messages(chat, items, breaks, first=start, images=found)
-    open_from, open_chat = breaks[-1]
+    # the last break before the last item: a body that rewrites that item (a marker moved
+    # on, matched past the item before it) converts again from there
+    before_last = [b for b in breaks if b[0] < start + len(items)]
+    open_from, open_chat = before_last[-1] if before_last else breaks[-1]
     if stored and request.previous_response_id is None:
         # the turn's messages are `chat` after the instructions' system message, inserted
         # unless `chat` starts with a system message (which it replaces)
