@@ -27,6 +27,7 @@ last message comes back rewritten every turn.
     python benchmarks/chat_decode.py --api anthropic
     python benchmarks/chat_decode.py --api anthropic --cache-control   # as Claude Code
     python benchmarks/chat_decode.py --api responses
+    python benchmarks/chat_decode.py --api openai --cache-control      # the same on Chat
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default="openai", help="the route whose decoding is timed (Chat "
                    "Completions, Messages or Responses)")
     p.add_argument("--cache-control", action="store_true",
-                   help="--api anthropic: Claude Code's moving cache_control marker")
+                   help="a cache_control marker on the newest message only, moving every "
+                   "turn (Claude Code's on Messages; a text part's on Chat; an item's on "
+                   "Responses)")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR,
                    help="Qwen3 tokenizer folder (--api anthropic: its thinking switch)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -79,14 +82,24 @@ def sdk_json(obj: Any) -> bytes:
                       allow_nan=False).encode()
 
 
-def conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str, Any]]]:
-    """(body, the reply the gateway stored for it) of every turn."""
+MARK = {"cache_control": {"type": "ephemeral"}}
+
+
+def conversation(turns: int, chars: int, cache_control: bool = False
+                 ) -> list[tuple[bytes, dict[str, Any]]]:
+    """(body, the reply the gateway stored for it) of every turn; ``cache_control``: the
+    newest message's content as a text part with a cache marker (as OpenAI-compatible
+    clients of caching providers send it), so the last body's last message comes back
+    rewritten."""
     words = _words(chars)
     messages: list[Any] = [{"role": "system", "content": "You are an agent."},
                            {"role": "user", "content": words}]
     out = []
     for turn in range(turns):
-        body = sdk_json({"messages": messages, "model": "m", "max_tokens": 256,
+        last = {**messages[-1], "content": [{"type": "text", "text": messages[-1]["content"],
+                                             **MARK}]}
+        sent = [*messages[:-1], last] if cache_control else messages
+        body = sdk_json({"messages": sent, "model": "m", "max_tokens": 256,
                          "temperature": 1.0})
         reply = {"role": "assistant", "content": f"{turn} {words}"}
         out.append((body, dict(reply)))
@@ -137,13 +150,16 @@ def anthropic_conversation(turns: int, chars: int, cache_control: bool = False
     return out
 
 
-def responses_conversation(turns: int, chars: int) -> list[tuple[bytes, dict[str, Any]]]:
-    """(Responses body, the reply the gateway stored for it) of every turn."""
+def responses_conversation(turns: int, chars: int, cache_control: bool = False
+                           ) -> list[tuple[bytes, dict[str, Any]]]:
+    """(Responses body, the reply the gateway stored for it) of every turn;
+    ``cache_control``: a marker on the newest item only."""
     words = _words(chars)
     items: list[Any] = [{"role": "user", "content": words}]
     out = []
     for turn in range(turns):
-        body = sdk_json({"model": "m", "input": items, "instructions": "You are an agent.",
+        sent = [*items[:-1], {**items[-1], **MARK}] if cache_control else items
+        body = sdk_json({"model": "m", "input": sent, "instructions": "You are an agent.",
                          "max_output_tokens": 256})
         echoed = [{"type": "reasoning", "id": f"rs_{turn}",
                    "summary": [{"type": "summary_text", "text": words[:60]}]},
@@ -217,7 +233,8 @@ class Route:
 def route_of(args: argparse.Namespace) -> Route:
     if args.api == "responses":
         return Route("a Responses body", "decode_responses: parse, validation, conversion",
-                     responses_conversation,
+                     lambda turns, chars: responses_conversation(turns, chars,
+                                                                 args.cache_control),
                      lambda body, state: decode_responses(body, 64, state=state),
                      responses_per_turn)
     if args.api == "anthropic":
@@ -229,7 +246,8 @@ def route_of(args: argparse.Namespace) -> Route:
                                                          state=state)[1],
                      lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,
                                                                     renderer))
-    return Route("a chat body", "decode_chat: parse, prefix check, validation", conversation,
+    return Route("a chat body", "decode_chat: parse, prefix check, validation",
+                 lambda turns, chars: conversation(turns, chars, args.cache_control),
                  lambda body, state: decode_chat(
                      body, [], 64, ApiState() if state is None else state, 1024).data,
                  lambda seq, sessions, keep: per_turn(seq, sessions, keep=keep))

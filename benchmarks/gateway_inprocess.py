@@ -215,7 +215,7 @@ async def profile(app: App, wl: Any, top: int) -> str:
     prof.disable()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("cumulative").print_stats(r"tito/", top)
+    stats.sort_stats(os.environ.get("TITO_PROFILE_SORT", "cumulative")).print_stats(r"tito/", top)
     return out.getvalue()
 
 

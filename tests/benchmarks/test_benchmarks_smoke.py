@@ -135,11 +135,20 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("api", "what"), [("anthropic", "a Messages body"),
                                            ("anthropic --cache-control", "a Messages body"),
-                                           ("responses", "a Responses body")])
+                                           ("responses", "a Responses body"),
+                                           ("openai --cache-control", "a chat body"),
+                                           ("responses --cache-control",
+                                            "a Responses body")])
 def test_chat_decode_other_routes_tiny(tmp_path: Path, api: str, what: str) -> None:
     out = run_benchmark("chat_decode.py", "--api", *api.split(), "--sessions", "2", "--turns",
                         "3", "5", "--rounds", "1", tmp_path=tmp_path)
     assert f"decoding {what}" in out and "growing (µs)" in out
+
+
+def test_bridge_standins_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("bridge_standins.py", "--turns", "3", "--rounds", "1",
+                        tmp_path=tmp_path)
+    assert "bridge of a tool-calling turn" in out and "stand-ins" in out
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")

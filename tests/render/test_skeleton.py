@@ -3,16 +3,16 @@ gives, for every family, and are used where they apply."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pytest
-from helpers.support import TOKENIZERS, examples
+from helpers.families import renderer_of
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tito.render import FAMILIES, TemplateRenderer, build_renderer
-from tito.render.families import ALIASES, STANDIN, family_module
+from tito.render import FAMILIES, TemplateRenderer
+from tito.render.families import ALIASES
 from tito.render.skeleton import build_skeleton, opaque, shape_of
 
 CONTENTS = [
@@ -27,23 +27,6 @@ PREVIOUS: list[dict[str, Any]] = [
      "tool_calls": [{"id": "call_1", "type": "function",
                      "function": {"name": "lookup", "arguments": '{"q": "x"}'}}]},
 ]
-
-
-FOLDERS = {"chatml": "smollm2", "default": "qwen3", "qwen3": "qwen3"}
-"""Fixture folders of the families whose module names none."""
-
-
-@functools.cache
-def renderer_of(family: str) -> TemplateRenderer:
-    module = family_module(family)
-    folder = getattr(module, "FIXTURE", None) or FOLDERS.get(family)
-    if folder is None and hasattr(module, "STANDIN"):
-        return build_renderer(family, STANDIN)
-    assert folder is not None, family
-    path = TOKENIZERS / folder
-    if not path.is_dir():
-        pytest.skip(f"needs ../shared/fixtures/tokenizers/{folder} (absent: {path})")
-    return build_renderer(family, path)
 
 
 def appended_runs(previous: dict[str, Any], content: str) -> list[list[dict[str, Any]]]:
@@ -155,8 +138,12 @@ def test_a_skeleton_is_built_on_its_second_use_only() -> None:
         {"id": "call_once", "type": "function",
          "function": {"name": "once", "arguments": '{"n": 1}'}}]}  # a base key of its own
     appended = [{"role": "tool", "tool_call_id": "call_once", "content": "hello"}]
-    known = len(renderer.skeletons)
-    renderer.bridge(previous, renderer.primary_stop_id, appended)
-    assert len(renderer.skeletons) == known
-    renderer.bridge(previous, renderer.primary_stop_id, appended)
-    assert len(renderer.skeletons) == known + 1
+    saved, renderer.standins = renderer.standins, None  # the real calls' base, every time
+    try:
+        known = len(renderer.skeletons)
+        renderer.bridge(previous, renderer.primary_stop_id, appended)
+        assert len(renderer.skeletons) == known
+        renderer.bridge(previous, renderer.primary_stop_id, appended)
+        assert len(renderer.skeletons) == known + 1
+    finally:
+        renderer.standins = saved

@@ -166,3 +166,39 @@ async def test_max_prompt_tokens(make_gateway: Any) -> None:
         assert "--max-prompt-tokens 20" in resp.json()["error"]["message"]
         info = (await http.get(f"/sessions/{sid}")).json()["metadata"]
         assert info["num_turns"] == 0 and not info["turn_in_progress"]
+
+
+async def test_a_big_body_that_grows_by_a_little_stays_on_the_event_loop(
+        make_gateway: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is offloaded is a body with much to work on: a long conversation's body that
+    extends the last one by a small message is decoded and planned on the loop (its
+    decode and bridge read only the new part); one that adds a big message is not."""
+    from helpers.inproc import asgi_client, new_session
+
+    gateway: Gateway = make_gateway()
+    where: list[str] = []
+
+    def recorded(real: Any, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            main = threading.current_thread() is threading.main_thread()
+            where.append(f"{name} {'loop' if main else 'worker'}")
+            return real(*args, **kwargs)
+
+        return call
+
+    renderer = gateway.renderer
+    monkeypatch.setattr(renderer, "render_prompt", recorded(renderer.render_prompt, "render"))
+    monkeypatch.setattr(renderer, "bridge", recorded(renderer.bridge, "bridge"))
+    gateway.engine.script("one", "two", "three")  # type: ignore[attr-defined]
+    big = "word " * (OFFLOAD_BYTES // 4)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": big}]
+    async with asgi_client(gateway) as http:
+        sid = await new_session(http)
+        for reply, added in (("one", "small"), ("two", big + "again"), ("three", None)):
+            resp = await http.post(f"/sessions/{sid}/v1/chat/completions",
+                                   json={"messages": messages})
+            assert resp.status_code == 200, resp.text
+            if added is not None:
+                messages += [{"role": "assistant", "content": reply},
+                             {"role": "user", "content": added}]
+    assert where == ["render worker", "bridge loop", "bridge worker"]

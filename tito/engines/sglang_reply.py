@@ -153,9 +153,8 @@ class ReplyCheck:
     def _in_range(self, ids: list[int]) -> bool:
         if not ids:
             return True
-        vocab = self.vocab_size
-        return min(ids) >= 0 and max(ids) <= MAX_TOKEN_ID and (vocab is None
-                                                                or max(ids) < vocab)
+        vocab, top = self.vocab_size, max(ids)
+        return min(ids) >= 0 and top <= MAX_TOKEN_ID and (vocab is None or top < vocab)
 
     def _check_id(self, i: int, tok: Any) -> None:
         if not _is_int(tok):

@@ -30,6 +30,7 @@ import orjson
 from tito.parse.base import api_finish_reason
 from tito.render.divergence import hints_for, text_divergence
 from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
+from tito.render.standin import StandIns, slot_of, standin_previous, standin_tools
 from tito.render.template import render_template
 from tito.types.errors import BadRequest, TokenizationError
 from tito.types.messages import Message, ParsedCompletion, Parser
@@ -172,6 +173,9 @@ class TemplateRenderer:
         """Hashes of the (base key, shape) slots seen once and not built: a skeleton costs
         two renders to build, and a base key that names the previous turn's tool calls
         (every turn of an agent that calls tools) may never come back."""
+        self.standins: StandIns | None = StandIns()
+        """Which bridge slots take the stand-in tools and calls
+        (:mod:`tito.render.standin`); None: off (every bridge renders the real ones)."""
         custom = type(self).prepare_messages is not TemplateRenderer.prepare_messages
         self._keyed_fields = frozenset(f for f in ("name", "tool_call_id")
                                        if custom or f in template)
@@ -339,7 +343,9 @@ class TemplateRenderer:
 
         ``stored_last_id`` is the last stored id (the model's stop id, or the last token of a
         turn cut by ``length``/``abort``). The appended run is rendered as one suffix and the
-        generation prompt is appended exactly once.
+        generation prompt is appended exactly once. Once the slot's checks agreed, the render
+        is the stand-ins' (:mod:`tito.render.standin`): the tool list cut to names and the
+        previous calls fixed, so its base is cached and its skeleton reused.
         """
         roles = [m.get("role") for m in appended]
         bad = sorted({r for r in roles if r not in self.allowed_append_roles}, key=str)
@@ -349,18 +355,48 @@ class TemplateRenderer:
                 f"assistant turn (allowed: {sorted(self.allowed_append_roles)})",
                 code="role_not_allowed",
             )
+        standins, slot = self.standins, None
+        if standins is not None and self._base_cache is not None:
+            slot = slot_of(previous, appended, tools, template_kwargs)
+        if slot is not None and standins is not None and standins.trusted(slot):
+            fast = self._standin_text(previous, stored_last_id, appended, tools,
+                                      template_kwargs)
+            if fast is not None:
+                return Bridge(drop=fast[0], ids=self.tokenizer.encode(fast[1]))
+        drop, text = self._bridge_text(previous, stored_last_id, appended, tools,
+                                       template_kwargs)
+        if slot is not None and standins is not None and not standins.trusted(slot):
+            standins.record(slot, self._standin_text(
+                previous, stored_last_id, appended, tools, template_kwargs) == (drop, text))
+        return Bridge(drop=drop, ids=self.tokenizer.encode(text))
+
+    def _standin_text(self, previous: Message | None, stored_last_id: int | None,
+                      appended: Sequence[Message], tools: list[dict[str, Any]] | None,
+                      template_kwargs: dict[str, Any] | None) -> tuple[int, str] | None:
+        """:meth:`_bridge_text` of the stand-ins (:mod:`tito.render.standin`); None: it
+        failed (the template's own render decides)."""
+        try:
+            return self._bridge_text(standin_previous(previous), stored_last_id, appended,
+                                     standin_tools(tools), template_kwargs)
+        except Exception:
+            return None
+
+    def _bridge_text(self, previous: Message | None, stored_last_id: int | None,
+                     appended: Sequence[Message], tools: list[dict[str, Any]] | None,
+                     template_kwargs: dict[str, Any] | None) -> tuple[int, str]:
+        """(stored ids to drop, the bridge's text): the render of the synthetic base and
+        ``appended`` past the base's, after the junction."""
         base_text, full_text = self.bridge_texts(previous, appended, tools=tools,
                                                  template_kwargs=template_kwargs)
         if not full_text.startswith(base_text):
             raise TokenizationError(
-                f"rendered suffix diff failed for {roles}: the {self.family!r} template does not "
-                "render append-only for these messages "
+                f"rendered suffix diff failed for {[m.get('role') for m in appended]}: the "
+                f"{self.family!r} template does not render append-only for these messages "
                 f"({self._why(base_text, full_text, appended)})",
                 code="template_not_append_only",
             )
-        diff = full_text[len(base_text) :]
         drop, junction = self.junction(base_text, stored_last_id)
-        return Bridge(drop=drop, ids=self.tokenizer.encode(junction + diff))
+        return drop, junction + full_text[len(base_text):]
 
     def _why(self, base_text: str, full_text: str, appended: Sequence[Message]) -> str:
         """The typed reason and first divergence of a bridge whose base is not a prefix."""

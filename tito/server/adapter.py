@@ -56,7 +56,7 @@ from tito.server.serving import (
 from tito.server.unsupported import note_unenforced
 from tito.session import Session
 from tito.types.engine import SamplingParams
-from tito.types.errors import BadRequest, TitoError
+from tito.types.errors import TitoError
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
@@ -91,6 +91,9 @@ class ApiTurn(Generic[D]):
     stream: bool
     model: str
     """The model name the reply carries."""
+    sent: object
+    """The API's validated request model: its sampling fields say which settings the
+    client sent (the session's defaults fill the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     ctx = TurnContext(gateway, session, state, list(session.messages),
                       state.last_bodies(None if agent is None else agent.key))
     raw, offload, decoded = await read_turn_body(
-        gateway, request, lambda body: adapter.decode(ctx, body))
+        gateway, request, lambda body: adapter.decode(ctx, body), ctx.bodies.covered)
     turn = adapter.prepare(ctx, decoded)
     params = session_params(state, turn)
     note_unenforced(gateway.engine, turn.turn, params)
@@ -193,29 +196,16 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
 GENERATION_HEADER = "x-miles-generation-id"
 """The reply's generation (its response id; a replayed answer keeps the first one's),
 as the reference framework names it."""
-OWNED_FIELDS = ("input_ids",)
-"""Request fields the gateway owns: a client that sends them is refused (400)."""
 
 
 def session_params(state: ApiState, turn: ApiTurn[Any]) -> SamplingParams:
     """The turn's sampling settings with the session's defaults filled in for the fields
-    its request leaves out; 400 ``gateway_owned_field`` for a request that sends a field
-    the gateway owns (the prompt's ids come from the session, never from the client)."""
-    found = [turn.request, getattr(turn.request, "request", None)]
-    if isinstance(turn.request, tuple):
-        found.extend(turn.request)
-    models = [m for m in found if hasattr(type(m), "model_fields")]
-    for model in models:
-        extra = getattr(model, "model_extra", None) or {}
-        for name in OWNED_FIELDS:
-            if name in extra or getattr(model, name, None) is not None:
-                raise BadRequest(f"{name} is owned by the gateway (the session renders the "
-                                 "prompt's ids) and cannot be sent by the client",
-                                 code="gateway_owned_field")
+    its request leaves out. (A request that sends a field the gateway owns never gets
+    here: its request model refuses it, :mod:`tito.server.owned`.)"""
     options = state.options
-    if options is None or not models:
+    if options is None:
         return turn.params
-    return options.fill(turn.params, models[0])
+    return options.fill(turn.params, turn.sent)
 
 
 async def framed(events: EventStream, stream: TurnStream) -> AsyncIterator[bytes]:

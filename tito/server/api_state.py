@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tito.server.growing_body import covered
 from tito.server.idempotency import TurnReplies
 from tito.session import Session
 from tito.types.messages import Message
@@ -37,6 +38,13 @@ class LastBodies:
     """The last valid Anthropic Messages body."""
     responses_body: ResponsesBody | None = None
     """The last valid Responses body (with its whole conversation as input)."""
+
+    def covered(self, body: bytes) -> int:
+        """How many leading bytes of ``body`` one of these last bodies covers (what its
+        decode will not parse again, :func:`~tito.server.growing_body.covered`)."""
+        return max((covered(body, last.parsed) for last in
+                    (self.chat_body, self.messages_body, self.responses_body)
+                    if last is not None), default=0)
 
 
 @dataclass(slots=True)

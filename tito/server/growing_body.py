@@ -130,6 +130,17 @@ def parse_growing(body: bytes, key: str, previous: GrowingBody | None, *,
     return Parsed(data, None if state is None else replace(state, misses=misses), 0, False)
 
 
+def covered(body: bytes, state: GrowingBody | None) -> int:
+    """How many leading bytes of ``body`` are ``state``'s (its head, else its short head,
+    by length and digest): what a parse past ``state`` would not parse again; 0: none."""
+    if state is None:
+        return 0
+    for length, digest in ((state.head, state.digest), (state.short, state.short_digest)):
+        if 0 < length < len(body) and xxh3_128_intdigest(memoryview(body)[:length]) == digest:
+            return length
+    return 0
+
+
 def same_json(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are the same JSON value with the same Python types and the
     same key order: what ``orjson.loads`` would give for either's text (``1 == 1.0``,
@@ -366,9 +377,17 @@ def _members(tail: str) -> dict[str, Any] | None:
 
 def _establish(body: bytes, key: str, data: Any) -> GrowingBody | None:
     """The state of a fully parsed ``body``: the end of the last element of its top-level
-    ``key`` array, found by walking the object with the C scanner (O(body), once)."""
+    ``key`` array; from the serialization's lengths when ``body`` is written compactly
+    (:func:`_establish_compact`), else found by walking the object with the C scanner
+    (O(body) in Python-level steps, once)."""
     if not (isinstance(data, dict) and isinstance(data.get(key), list) and data[key]):
         return None
+    compact = _establish_compact(body, key, data)
+    return compact if compact is not None else _establish_walked(body, key, data)
+
+
+def _establish_walked(body: bytes, key: str, data: dict[str, Any]) -> GrowingBody | None:
+    """:func:`_establish` by walking the body (any JSON whitespace and escapes)."""
     text = body.decode()  # orjson accepted it: valid UTF-8
     try:
         names, head_end, tail_start, short_end = _walk(text, key)
@@ -382,6 +401,31 @@ def _establish(body: bytes, key: str, data: Any) -> GrowingBody | None:
     return GrowingBody(key, head, xxh3_128_intdigest(memoryview(body)[:head]),
                        list(data[key]), before, text[tail_start:].encode(), dict(data),
                        short=short,
+                       short_digest=xxh3_128_intdigest(memoryview(body)[:short]) if short else 0)
+
+
+def _establish_compact(body: bytes, key: str, data: dict[str, Any]) -> GrowingBody | None:
+    """:func:`_establish` of a body that is byte for byte ``orjson``'s serialization of
+    what it parses to (as the SDKs write JSON: compact, keys in order, no duplicate
+    member): every position follows from the lengths of the parts' serializations (one
+    serialization of the whole to compare, a C-level pass, where the walk costs about
+    fifteen parses). None: the body is written otherwise (or is not JSON ``orjson``
+    writes back, e.g. a float it prints differently)."""
+    try:
+        if orjson.dumps(data) != body:
+            return None
+        names = list(data)
+        at = names.index(key)
+        after = {name: data[name] for name in names[at + 1:]}
+        items = data[key]
+        # the body ends with "]" + ("," + the members after it + "}", or "}")
+        head = len(body) - 1 - (len(orjson.dumps(after)) if after else 1)
+        short = head - 1 - len(orjson.dumps(items[-1])) if len(items) > 1 else 0
+    except TypeError:
+        return None
+    return GrowingBody(key, head, xxh3_128_intdigest(memoryview(body)[:head]), list(items),
+                       {name: data[name] for name in names[:at]}, body[head + 1:],
+                       dict(data), short=short,
                        short_digest=xxh3_128_intdigest(memoryview(body)[:short]) if short else 0)
 
 

@@ -40,13 +40,17 @@ STREAM_PARSE_EVERY = 4
 so far, whichever is more)."""
 
 
-async def read_turn_body(gateway: Gateway, request: Request, decode: Callable[[bytes], R]
+async def read_turn_body(gateway: Gateway, request: Request, decode: Callable[[bytes], R],
+                         known: Callable[[bytes], int] | None = None
                          ) -> tuple[bytes, bool, R]:
-    """(raw body, offload, decoded): a body over :data:`OFFLOAD_BYTES` is *offloaded*:
-    decoded (and later rendered and parsed) in the worker pool, so it never stalls other
-    sessions."""
+    """(raw body, offload, decoded): a body with over :data:`OFFLOAD_BYTES` to work on is
+    *offloaded*: decoded (and later rendered and parsed) in the worker pool, so it never
+    stalls other sessions. ``known``: how many leading bytes of a body the session's last
+    body covers (its decode and plan take only what follows: a long conversation that
+    grows by a few messages stays on the event loop, which saves the thread hand-offs)."""
     raw = await read_body(request, gateway.config.max_body_bytes)
-    offload = len(raw) > OFFLOAD_BYTES
+    offload = len(raw) > OFFLOAD_BYTES and \
+        len(raw) - (known(raw) if known is not None else 0) > OFFLOAD_BYTES
     decoded = await gateway.offload(decode, raw) if offload else decode(raw)
     return raw, offload, decoded
 

@@ -115,7 +115,7 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
     rest: dict[str, Any] = {"instructions": "be brief"}
     for k in range(25):
         candidate = list(items)
-        step = rng.choice(["turn", "turn", "part", "part", "rest", "rewrite", "bad"])
+        step = rng.choice(["turn", "turn", "part", "part", "rest", "rewrite", "last", "bad"])
         if step == "turn":
             candidate += [reasoning(k), said(k), call(k), output(k)]
         elif step == "part":
@@ -127,6 +127,9 @@ def test_random_edits_decode_as_whole(seed: int) -> None:
             rest = rng.choice([{"instructions": "be brief"}, {}, {"temperature": 0.5},
                                {"instructions": "other", "max_output_tokens": 9},
                                {"reasoning": {"effort": "minimal"}}])
+        elif step == "last":  # the last item rewritten, and a turn after it
+            candidate[-1] = {**candidate[-1], "marker": k}
+            candidate += rng.choice([[], [output(k)], [reasoning(k), said(k), call(k)]])
         elif step == "rewrite" and len(candidate) > 1:
             candidate[rng.randrange(len(candidate))] = {"role": "user", "content": f"x{k}"}
         else:
@@ -159,4 +162,28 @@ def test_images_of_reused_items_are_still_listed() -> None:
     items += [reasoning(1), said(1), {"role": "user", "content": "more"}]
     again = decoded(body(items), state)
     assert again == decoded(body(items), None) and again[2] == places
-    assert state.responses_body.open_from == len(items)
+    # converted again from the last break before the last item: the assistant turn of
+    # reasoning(1), said(1) is open until the user message
+    assert state.responses_body.open_from == 5
+
+
+@pytest.mark.parametrize("tail", ["output", "said", "user"])
+def test_a_rewritten_last_item_is_converted_again_with_the_new_ones(tail: str) -> None:
+    """A client that rewrites its last item (a marker moved on to the newest): the body is
+    parsed past the item before it, and decodes as whole."""
+    from tito.server.growing_body import parse_growing
+
+    state = ApiState()
+    items: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    extended = []
+    for k in range(5):
+        sent = [*items[:-1], {**items[-1], "marker": "newest"}]
+        raw = body(sent, instructions="be brief")
+        last = state.responses_body
+        extended.append(parse_growing(raw, "input", last.parsed if last else None,
+                                      short=True).extended)
+        assert decoded(raw, state) == decoded(raw, None), k
+        items += [reasoning(k), said(k), call(k),
+                  {"output": output(k), "said": said(k + 100),
+                   "user": {"role": "user", "content": f"u{k}"}}[tail]]
+    assert extended == [0, 0, 4, 8, 12]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
+from tito.server.owned import RefusesOwnedFields
 from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
 
@@ -63,7 +64,7 @@ class ToolChoice(_Open):
     disable_parallel_tool_use: bool | None = None
 
 
-class MessagesRequest(_Open):
+class MessagesRequest(_Open, RefusesOwnedFields):
     messages: list[InputMessage] = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     model: str | None = None

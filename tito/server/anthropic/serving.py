@@ -62,7 +62,7 @@ class Messages:
         if hosted:
             warn_hosted_once(ctx.state.hosted_warned, ctx.session.session_id, hosted)
         return ApiTurn(request, turn, sampling_params(req), bool(req.stream),
-                       req.model or ctx.gateway.model_name)
+                       req.model or ctx.gateway.model_name, req)
 
     def reply(self, ctx: TurnContext, turn: ApiTurn[Decoded], outcome: TurnOutcome,
               response_id: str) -> MessageReply:

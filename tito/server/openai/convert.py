@@ -4,6 +4,7 @@ and a turn's outcome as a ``chat.completion``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import os
@@ -47,7 +48,9 @@ def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                  stored_prefix: list[Message] | None = None,
                  developer: bool | None = None, images: str = "reject") -> TurnRequest:
     """``images``: the server's ``--images`` (``image_url`` parts refused, or markers)."""
-    messages, replaced = image_markers(session_messages(data, developer), images)
+    # the stored prefix has no image parts (the session keeps their markers): not scanned
+    messages, replaced = image_markers(session_messages(data, developer), images,
+                                       start=len(stored_prefix or ()))
     return TurnRequest(messages=messages,
                        tools=data.get("tools") or None,
                        template_kwargs=chat.chat_template_kwargs,
@@ -55,17 +58,20 @@ def turn_request(data: dict[str, Any], chat: ChatCompletionRequest,
                        notes={NOTE_IMAGES: replaced} if replaced else None)
 
 
-def image_markers(messages: list[Message], policy: str) -> tuple[list[Message], int]:
+def image_markers(messages: list[Message], policy: str, *, start: int = 0
+                  ) -> tuple[list[Message], int]:
     """``messages`` with each ``image_url`` part a text part of the marker (400 under
     ``--images reject``), and how many there were. Messages without images stay the same
-    objects, and with no content list at all the scan is one C-level pass."""
-    if list not in map(type, map(_CONTENT, messages)):
+    objects, and with no content list at all the scan is one C-level pass. ``start``: the
+    messages before it are known to have no image part (a session's stored prefix), and
+    are not scanned."""
+    if list not in map(type, map(_CONTENT, itertools.islice(messages, start, None))):
         return messages, 0
     out: list[Message] = []
     replaced = 0
     for i, message in enumerate(messages):
         content = message.get("content")
-        if isinstance(content, list) and any(_is_image(p) for p in content):
+        if i >= start and isinstance(content, list) and any(_is_image(p) for p in content):
             parts = []
             for j, part in enumerate(content):
                 if _is_image(part):

@@ -59,7 +59,10 @@ def decode_chat(body: bytes, stored: list[Message], max_depth: int,
     the last body's, so are its request fields and sampling settings. ``state``: the
     session's API state, where the last body is kept."""
     last: LastBody | None = state.chat_body
-    parsed = decode_growing(body, "messages", None if last is None else last.parsed)
+    # short: a client that rewrites its last message (a cache marker moved on) still
+    # extends the body before it
+    parsed = decode_growing(body, "messages", None if last is None else last.parsed,
+                            short=True)
     reused = parsed.extended if last is not None else 0
     equal = 0
     if reused and last is not None and last.stored is not None:
@@ -70,7 +73,7 @@ def decode_chat(body: bytes, stored: list[Message], max_depth: int,
             equal = 0
     chat, verified = validate_chat(parsed.data, stored=stored, max_depth=max_depth,
                                    same_as=last.request if last and parsed.same_rest else None,
-                                   equal_prefix=equal)
+                                   equal_prefix=equal, valid_prefix=reused)
     messages = parsed.data["messages"]
     if verified and parsed.state is not None:
         # the client's copies of stored messages (the replies it sends back) give way to

@@ -3,7 +3,7 @@
 Requests are validated only: the session keeps the client's message dicts as sent, so
 replay matching compares what the client really sends. Unknown top-level fields are
 accepted and ignored, as OpenAI-compatible servers do; ``logprobs`` (TITO owns the
-tokens) is ignored on purpose, and ``input_ids`` is refused by the turn route (400
+tokens) is ignored on purpose, and ``input_ids`` is refused by the request model (400
 ``gateway_owned_field``). Responses are built by
 :mod:`tito.server.openai.convert` and :mod:`tito.server.openai.events` as TypedDicts and
 serialized by :class:`~tito.server.wire.Wire`.
@@ -25,6 +25,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
+from tito.server.owned import RefusesOwnedFields
 from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
 
@@ -126,7 +127,7 @@ class ResponseFormat(_Open):
         return self
 
 
-class ChatCompletionRequest(_Open):
+class ChatCompletionRequest(_Open, RefusesOwnedFields):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
     tools: list[Tool] | None = None
@@ -190,7 +191,8 @@ _MESSAGE = TypeAdapter(ChatMessage)
 
 def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
                   max_depth: int = 64, same_as: ChatCompletionRequest | None = None,
-                  equal_prefix: int = 0) -> tuple[ChatCompletionRequest, bool]:
+                  equal_prefix: int = 0, valid_prefix: int = 0
+                  ) -> tuple[ChatCompletionRequest, bool]:
     """Validate a chat request: (the request, whether its messages start with ``stored``).
 
     ``stored``: the session's stored messages (each validated when it was first sent, or
@@ -202,6 +204,9 @@ def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
     members other than ``messages`` were byte for byte the same as ``data``'s (see
     :mod:`tito.server.growing_body`); they are not validated again. ``equal_prefix``: how
     many leading messages are already known to equal ``stored``'s (not compared again).
+    ``valid_prefix``: how many leading messages are known valid (the same objects as in a
+    body this call accepted): when the messages do not start with ``stored`` (e.g. a
+    client that rewrote its last message), only the others are validated.
     """
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
@@ -214,6 +219,12 @@ def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
     if count and isinstance(messages, list) and len(messages) >= count and \
             messages[equal_prefix:count] == stored[equal_prefix:]:  # type: ignore[index]
         new = messages[count:]
+    if new is None and valid_prefix and isinstance(messages, list) and \
+            len(messages) >= valid_prefix:
+        new = messages[valid_prefix:]  # the prefix was checked, but is not the stored one
+        verified = False
+    else:
+        verified = new is not None
     # the stored prefix was checked when it was first sent, the other members with same_as
     reuse = new is not None and isinstance(same_as, _Envelope)
     check_depth({"messages": new} if reuse else data if new is None
@@ -224,11 +235,11 @@ def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
                 if reuse and same_as is not None else _Envelope.model_validate(data)
             for message in new:
                 _MESSAGE.validate_python(message)
-            return request, True
+            return request, verified
         except ValidationError:
             pass  # the full validation below words the error
     try:
-        return ChatCompletionRequest.model_validate(data), new is not None
+        return ChatCompletionRequest.model_validate(data), verified
     except ValidationError as exc:
         raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from exc
 

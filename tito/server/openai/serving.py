@@ -53,7 +53,7 @@ class ChatCompletions:
         harness_settings(ctx, request.request, turn)
         turn.settings = request_settings(request.data)
         return ApiTurn(request, turn, request.params, bool(request.request.stream),
-                       ctx.gateway.model_name)
+                       ctx.gateway.model_name, request.request)
 
     def reply(self, ctx: TurnContext, turn: ApiTurn[DecodedChat], outcome: TurnOutcome,
               response_id: str) -> ChatCompletion:

@@ -60,8 +60,9 @@ class LastBody:
     chat: list[Message]
     """The chat messages of the body's items (without the ``instructions`` message)."""
     open_from: int
-    """The last item index where no assistant turn was open (the conversion of a longer
-    input resumes there) ..."""
+    """The last item index, at or before the body's last item, where no assistant turn
+    was open (the conversion of a longer input, or of one that rewrote the last item,
+    resumes there) ..."""
     open_chat: int
     """... the length of ``chat`` there ..."""
     open_items: list[InputItem]
@@ -80,14 +81,17 @@ def decode_responses(body: bytes, max_depth: int, *, state: LastBodies | None = 
     ``images``: gets the places of the input's images (each now the marker text)."""
     last = state.responses_body if state is not None else None
     parsed = decode_growing(body, "input", None if last is None else last.parsed,
-                            keep=state is not None)
+                            keep=state is not None, short=True)
     request, items, start, resume = _parse(body, parsed, last, max_depth)
     chat = last.chat[:resume] if last is not None else []  # resume 0: convert all
     found = [i for i in last.images if i[0] < start] if last is not None else []
     request = request.model_copy(update={"input": []}) if request.input else request
     breaks: list[tuple[int, int]] = []
     extend_chat_messages(chat, items, breaks, first=start, images=found)
-    open_from, open_chat = breaks[-1]
+    # the last break before the last item: a body that rewrites that item (a marker moved
+    # on, matched past the item before it) converts again from there
+    before_last = [b for b in breaks if b[0] < start + len(items)]
+    open_from, open_chat = before_last[-1] if before_last else breaks[-1]
     if stored and request.previous_response_id is None:
         # the turn's messages are `chat` after the instructions' system message, inserted
         # unless `chat` starts with a system message (which it replaces)
@@ -107,18 +111,19 @@ def _parse(body: bytes, parsed: Parsed, last: LastBody | None, max_depth: int
            ) -> tuple[ResponsesRequest, list[InputItem], int, int]:
     """(the request, the items to convert, the index of the first of them, the length of
     the last body's chat messages the conversion continues; 0, 0: convert all)."""
-    reused = parsed.extended if last is not None else 0  # every item of the last body
-    if reused and last is not None:
+    # every item of the last body, or all but its last (rewritten: parsed as new)
+    reused = parsed.extended if last is not None else 0
+    if reused and last is not None and reused >= last.open_from:
         data = parsed.data
+        kept = last.open_items[:reused - last.open_from]  # converted again, with the new
         try:
             if parsed.same_rest:  # the other members are last body's: so is their check
                 new = data["input"][reused:]
                 check_depth({"input": new}, max_depth)
                 fresh = [parse_item(item, i) for i, item in enumerate(new, start=reused)]
-                return last.request, [*last.open_items, *fresh], last.open_from, \
-                    last.open_chat
+                return last.request, [*kept, *fresh], last.open_from, last.open_chat
             request, fresh = parse_responses_request(data, max_depth=max_depth, skip=reused)
-            return request, [*last.open_items, *fresh], last.open_from, last.open_chat
+            return request, [*kept, *fresh], last.open_from, last.open_chat
         except BadRequest:
             pass  # the reused items are placeholders here: word it from the whole body
     request, items = parse_responses_request(

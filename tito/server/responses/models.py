@@ -30,6 +30,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from tito.server.http import check_depth
+from tito.server.owned import RefusesOwnedFields
 from tito.server.wire import Wire, describe_validation_error
 from tito.types.errors import BadRequest
 
@@ -208,7 +209,7 @@ class ReasoningConfig(_Open):
     summary: str | None = None
 
 
-class ResponsesRequest(_Open):
+class ResponsesRequest(_Open, RefusesOwnedFields):
     input: str | list[Any]
     """A string (one user message) or input items, each validated by :data:`ITEM`."""
     model: str | None = None

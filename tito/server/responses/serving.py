@@ -71,7 +71,7 @@ class Responses:
                                                            gateway.renderer.effort_kwargs),
                            notes=turn_notes(ctx, hosted_names(body.tools), images))
         params = sampling_params(body, default_max_tokens=gateway.config.default_max_tokens)
-        return ApiTurn(request, turn, params, bool(body.stream), gateway.model_name)
+        return ApiTurn(request, turn, params, bool(body.stream), gateway.model_name, body)
 
     def reply(self, ctx: TurnContext, turn: ApiTurn[Decoded], outcome: TurnOutcome,
               response_id: str) -> ResponseBody:
