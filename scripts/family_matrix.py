@@ -67,6 +67,8 @@ class Row:
     """Audit conversations whose parse round trip fails by a declared format limit."""
     audit_failure: str | None
     """The first audit failure that is not a declared format limit (None: the audit passes)."""
+    pinned: str = "-"
+    """The template options the family pins (a request asking otherwise is a 400)."""
 
 
 def audit_row(renderer: TemplateRenderer, mode: str
@@ -117,14 +119,19 @@ def renderer_rows(family: str, renderer: TemplateRenderer, tokenizer: str,
         rows.append(Row(family, aliases, tokenizer, level, mode, report.checks(),
                         sorted(renderer.allowed_append_roles), sorted(report.roles_exercised),
                         renderer.max_trailing_trim, report.passed, summary["first_failure"],
-                        *audit))
+                        *audit, pinned=pinned_text(renderer)))
     return rows
+
+
+def pinned_text(renderer: TemplateRenderer) -> str:
+    pins = renderer.spec.pinned_kwargs
+    return ", ".join(f"`{k}={v}`" for k, v in sorted(pins.items())) if pins else "-"
 
 
 def render_doc(rows: list[Row]) -> str:
     out = [HEADER, "", "## Verification matrix", "",
            "| family | aliases | tokenizer | level | thinking | " + " | ".join(CHECKS)
-           + " | append roles | trim | verdict | renderer |",
+           + " | append roles | trim | pinned | verdict |",
            "|---" * (9 + len(CHECKS)) + "|"]
     for r in rows:
         cells = []
@@ -133,7 +140,7 @@ def render_doc(rows: list[Row]) -> str:
             cells.append(f"{ok}/{total}")
         out.append(f"| `{r.family}` | {', '.join(r.aliases) or '-'} | {r.tokenizer} | {r.level} "
                    f"| {r.mode} | " + " | ".join(cells) + f" | {', '.join(r.roles)} | {r.trim} "
-                   f"| {'PASS' if r.passed else 'FAIL: ' + str(r.first_failure)} | ours |")
+                   f"| {r.pinned} | {'PASS' if r.passed else 'FAIL: ' + str(r.first_failure)} |")
     out += ["", f"{len({r.family for r in rows if r.passed})} families pass, "
             f"{len({r.family for r in rows if not r.passed})} fail.", ""]
     out += audit_section(rows)
@@ -192,9 +199,14 @@ family's special tokens, `tito/render/families/loaders.py`) where the real token
 available offline: it checks junctions, bridges, special-token structure and parsing, not
 the model's exact ids. Build one with `--tokenizer standin`. `token (sibling's tokenizer)`
 runs over the real tokenizer of a sibling model whose special tokens the family's format
-needs (DeepSeek V4's for V4.1): real BPE at every junction, not the model's own vocabulary. `trim` is the declared trailing
-trim (stored ids a junction may drop). The shipped Qwen3 / Qwen3-Thinking templates, run
-as `--family default`, fail the verifier (tests prove it).
+needs (DeepSeek V4's for V4.1): real BPE at every junction, not the model's own
+vocabulary. `append roles`: what may follow an assistant turn (any other role is a 400
+`role_not_allowed`). `trim` is the declared trailing trim (stored ids a junction may drop).
+`pinned`: the template options the family fixes to render append-only (shown in `/health`;
+a request asking otherwise is a 400 `template_kwarg_conflict`); what each family tolerates
+and refuses beyond that is in its section below. Every renderer is ours (the decision is
+at the end). The shipped Qwen3 / Qwen3-Thinking templates, run as `--family default`, fail
+the verifier (tests prove it).
 
 A failed case says why in a typed `reason` (`reasoning_dropped`, `value_reserialized`,
 `tool_call_rerendered`, `bpe_merge_across_junction`, `tokenization_differs`,
