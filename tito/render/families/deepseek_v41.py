@@ -26,6 +26,7 @@ from __future__ import annotations
 from tito.parse.deepseek import DsmlParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
+from tito.render.families.deepseek_v4 import EFFORTS, DeepSeekV4Renderer
 from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
@@ -51,8 +52,9 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_default=False,
         turn_openers=("<｜User｜>", "<｜Assistant｜>"),
         effort_kwarg="reasoning_effort",
-        effort_levels={"xhigh": "max"},
+        effort_levels=EFFORTS,
+        effort_default="high",
     )
     parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
                         block="calls", tag_space=" ")
-    return TemplateRenderer(tokenizer, spec, parser)
+    return DeepSeekV4Renderer(tokenizer, spec, parser)

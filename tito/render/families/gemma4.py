@@ -59,6 +59,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         bos_token="<bos>",
         thinking_kwarg="enable_thinking",
         thinking_default=False,
+        thinking_in_prefix=True,
         turn_openers=("<|turn>", "<|tool_response>", "<tool_response|>"),
         assistant_openers=("<|turn>model", "<tool_response|>"),
     )

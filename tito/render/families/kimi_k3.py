@@ -88,6 +88,8 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="thinking",
         effort_kwarg="thinking_effort",
         effort_levels=EFFORTS,
+        effort_default="max",
+        thinking_in_prefix=True,
         comparator_special=("<|end_of_msg|>",),
         turn_openers=('<|open|>message role="',),
         assistant_openers=('<|open|>message role="assistant"',),

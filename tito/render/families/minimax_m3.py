@@ -54,6 +54,10 @@ class MiniMaxM3Renderer(TemplateRenderer):
         return [{"thinking_mode": True}, {"thinking_mode": False},
                 {"thinking_mode": "adaptive"}]
 
+    def thinking_option(self, kwargs: dict[str, Any] | None) -> Any:
+        """The mode (unset: the template's own default, no instruction)."""
+        return self.effective_kwargs(kwargs).get("thinking_mode")
+
     def thinking_enabled(self, template_kwargs: dict[str, Any] | None) -> bool:
         return self.effective_kwargs(template_kwargs).get("thinking_mode") != "disabled"
 
@@ -66,6 +70,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         assistant_start="]~b]ai",
         stop_tokens=STOPS,
         thinking_kwarg="thinking_mode",
+        thinking_in_prefix=True,
         turn_openers=("]~b]",),
     )
     return MiniMaxM3Renderer(tokenizer, spec, MiniMaxM3Parser(tokenizer, stop_texts=STOPS))

@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tito.parse.xml_coder import XmlCoderParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
@@ -43,6 +45,13 @@ EFFORTS = {"low": "low", "medium": "medium", "high": "xhigh", "xhigh": "xhigh"}
 """OpenAI reasoning efforts -> the template's ``reasoning_effort``."""
 
 
+class Qwen38Renderer(TemplateRenderer):
+    def thinking_in_prefix(self, options: dict[str, Any]) -> bool:
+        """The effort instruction tops the system message only with thinking on (and
+        ``medium`` has none)."""
+        return options.get("reasoning_effort") != "medium"
+
+
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
     spec = FamilySpec(
         name="qwen38",
@@ -54,8 +63,10 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="enable_thinking",
         effort_kwarg="reasoning_effort",
         effort_levels=EFFORTS,
+        effort_default="xhigh",
+        thinking_in_prefix=True,
         bridge_base_user=True,
         turn_openers=("<|im_start|>",),
     )
     parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
-    return TemplateRenderer(tokenizer, spec, parser)
+    return Qwen38Renderer(tokenizer, spec, parser)
