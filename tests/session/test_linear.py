@@ -340,7 +340,7 @@ def test_changed_tools_or_options_are_refused_in_v1(renderer: TemplateRenderer) 
     with pytest.raises(BadRequest, match=r"tools \(1 -> 2: added search\)") as info:
         s.plan(TurnRequest([U1, a1, U2], tools=[TOOL, OTHER]))
     assert info.value.code == "render_changed" and "--session-version v2" in info.value.message
-    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(x\)"):
+    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(x 1 -> 2\)"):
         s.plan(TurnRequest([U1, a1, U2], tools=[TOOL], template_kwargs={"x": 2}))
     assert state(s) == before
     # left out: the recorded ones stay; the thinking switch is per turn
