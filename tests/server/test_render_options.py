@@ -139,7 +139,7 @@ async def test_a_thinking_switch_written_before_the_prompt_is_a_render_option(
     switched it kept turn 1's system text silently."""
     folder, renderer = _built(family, tmp_path)
     kwarg = renderer.spec.thinking_kwarg
-    assert kwarg is not None and renderer.spec.thinking_in_prefix
+    assert kwarg is not None
     first_kwargs = renderer.thinking_switch_kwargs(True)
     async with gateway_over_mock_engine(folder, renderer, {}, timeout=30, family=family,
                                         session_version=version) as gateway, \
