@@ -10,8 +10,9 @@
   API switches (a boolean: ``reasoning_effort``, Anthropic ``thinking``, or
   ``chat_template_kwargs`` ``thinking_mode: true/false``) map to ``enabled`` / ``disabled``
   (Anthropic's ``adaptive`` type too is "on": send no switch for the adaptive default).
-  The mode is written into the system message: a session that switches it between turns
-  keeps the system text of its first turn.
+  The mode is written into the system message, so it is a session option: a turn that
+  switches it is a 400 ``render_changed`` (v1) or a new root (v2); a turn that leaves it
+  out keeps the session's.
 - Junction: the model stops at ``[e~[``; the render continues with ``\\n``.
 - Later system messages are not rendered upstream (they would vanish): appends are ``tool``,
   ``user``, ``assistant``.

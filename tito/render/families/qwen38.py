@@ -10,7 +10,9 @@
   with thinking off). OpenAI ``reasoning_effort`` / Responses ``reasoning.effort`` map onto
   it: ``low`` -> ``low``, ``medium`` -> ``medium``, ``high``/``xhigh`` -> ``xhigh``,
   ``none``/``minimal`` switch thinking off; Anthropic ``thinking`` switches
-  ``enable_thinking``. Keep one effort per session (the instruction is in the first turn).
+  ``enable_thinking``. The effort and, where it writes the instruction (any effort but
+  ``medium``), the thinking switch are session options: a turn that changes them is a 400
+  ``render_changed`` (v1) or a new root (v2); a turn that leaves them out keeps them.
 - Refused: a system message after the first (the template raises): appends are ``tool``,
   ``user``, ``assistant``, a system append is a 400 naming the family; ``chat_template_kwargs``
   ``preserve_thinking=false`` (400 ``template_kwarg_conflict``); a ``reasoning_effort`` the
