@@ -5,18 +5,22 @@ render of a system and a user message, thinking on and off, under every effort l
 from __future__ import annotations
 
 import pytest
+from helpers.support import tokenizer_dir
 
 from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.render.families import ALIASES, FAMILIES, family_module
 
 PROBE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-SWITCHED = [f for f in FAMILIES if f not in ALIASES and f != "default"
-            and getattr(family_module(f), "STANDIN", None) is not None]
+SWITCHED = [f for f in FAMILIES if f not in ALIASES and f != "default"]
 
 
 def _renderer(family: str) -> TemplateRenderer:
-    return build_renderer(family, "standin")
+    module = family_module(family)
+    if getattr(module, "STANDIN", None) is not None:
+        return build_renderer(family, "standin")
+    folder = getattr(module, "FIXTURE", None) or {"chatml": "smollm2"}.get(family, family)
+    return build_renderer(family, tokenizer_dir(folder))
 
 
 @pytest.mark.parametrize("family", SWITCHED)
