@@ -68,7 +68,7 @@ async def test_glm5_switches_thinking_between_turns_without_a_mismatch() -> None
     assert samples.samples[0].metadata["tito_session_mismatch"] == []
 
 
-@pytest.mark.parametrize("family", ["glm47", "nemotron3", "deepseek_v32"])
+@pytest.mark.parametrize("family", ["glm47", "nemotron3", "deepseek_v32", "kimi_k25"])
 @pytest.mark.parametrize("version", ["v1", "v2"])
 async def test_no_false_mismatch_when_thinking_switches_between_turns(
         family: str, version: str) -> None:

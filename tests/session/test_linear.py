@@ -340,7 +340,7 @@ def test_changed_tools_or_options_are_refused_in_v1(renderer: TemplateRenderer) 
     with pytest.raises(BadRequest, match=r"tools \(1 -> 2: added search\)") as info:
         s.plan(TurnRequest([U1, a1, U2], tools=[TOOL, OTHER]))
     assert info.value.code == "render_changed" and "--session-version v2" in info.value.message
-    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(x\)"):
+    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(x 1 -> 2\)"):
         s.plan(TurnRequest([U1, a1, U2], tools=[TOOL], template_kwargs={"x": 2}))
     assert state(s) == before
     # left out: the recorded ones stay; the thinking switch is per turn
@@ -349,6 +349,17 @@ def test_changed_tools_or_options_are_refused_in_v1(renderer: TemplateRenderer) 
     assert s.tools == [TOOL] and len(s.records) == 2
     # ... and the turn's record lists them (a comparator renders the path under them)
     assert s.records[1].request["chat_template_kwargs"] == {"x": 1, "enable_thinking": False}
+
+
+def test_a_request_compares_only_the_options_it_sets(renderer: TemplateRenderer) -> None:
+    """Each option a request sets is compared with the path's; one it leaves out is kept
+    (before, any option set made every recorded one compulsory: 400 naming ``y``)."""
+    s = LinearSession("s", renderer, strict)
+    a1 = with_tools(s, [U1], {"role": "assistant", "content": "hi"}, None, {"x": 1, "y": 2})
+    with pytest.raises(BadRequest, match=r"chat_template_kwargs \(z unset -> 3\)"):
+        s.plan(TurnRequest([U1, a1, U2], template_kwargs={"z": 3}))
+    with_tools(s, [U1, a1, U2], {"role": "assistant", "content": "ok"}, None, {"x": 1})
+    assert s.records[1].request["chat_template_kwargs"] == {"y": 2, "x": 1}
 
 
 def test_v1_still_rolls_back_a_retry_with_other_tools(renderer: TemplateRenderer) -> None:

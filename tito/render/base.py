@@ -72,7 +72,15 @@ class FamilySpec:
     """The template kwarg that takes a reasoning effort level (gpt-oss: ``reasoning_effort``)."""
     effort_levels: dict[str, str] = field(default_factory=dict)
     """OpenAI's ``reasoning.effort`` / ``reasoning_effort`` values -> the level
-    ``effort_kwarg`` gets (a value not listed sets nothing)."""
+    ``effort_kwarg`` gets (a value not listed sets nothing: list every effort that turns
+    thinking on, so that a session can tell an explicit effort from none)."""
+    effort_default: str | None = None
+    """The level the template uses when ``effort_kwarg`` is not set (a session compares an
+    explicit level with it: :meth:`TemplateRenderer.render_options`)."""
+    thinking_in_prefix: bool = False
+    """Whether the thinking switch changes the text before the generation prompt (e.g. a
+    system instruction): then it is one of a session's render options, compared and kept
+    like the others (:meth:`TemplateRenderer.render_options`); else a per-turn option."""
     max_trailing_trim: int = 0
     """Declared trailing trim: stored ids the next turn's junction may drop."""
     assistant_start: str | None = None
@@ -222,6 +230,30 @@ class TemplateRenderer:
         if self.spec.effort_kwarg is not None and level is not None:
             out[self.spec.effort_kwarg] = level
         return {k: v for k, v in out.items() if k not in self.spec.pinned_kwargs}
+
+    def render_options(self, kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        """The options among chat-template ``kwargs`` that shape a session's history (what
+        a later turn may not change, :mod:`tito.session.options`): all of them but the
+        thinking switch, unless :meth:`thinking_in_prefix`; the effort level with the
+        template's default filled in, so that an explicit default is no change."""
+        kwarg = self.spec.thinking_kwarg
+        out = {k: v for k, v in (kwargs or {}).items() if k != kwarg}
+        if self.spec.effort_kwarg is not None and self.spec.effort_default is not None:
+            out.setdefault(self.spec.effort_kwarg, self.spec.effort_default)
+        if kwarg is not None and self.thinking_in_prefix(out):
+            out[kwarg] = self.thinking_option(kwargs)
+        return out
+
+    def thinking_in_prefix(self, options: dict[str, Any]) -> bool:
+        """Whether, under ``options`` (render options without the switch), the thinking
+        switch changes the text before the generation prompt (a family hook)."""
+        return self.spec.thinking_in_prefix
+
+    def thinking_option(self, kwargs: dict[str, Any] | None) -> Any:
+        """The thinking switch's value under ``kwargs`` (its default when unset)."""
+        assert self.spec.thinking_kwarg is not None
+        value = self.effective_kwargs(kwargs).get(self.spec.thinking_kwarg)
+        return self.spec.thinking_default if value is None else value
 
     def thinking_switch_kwargs(self, on: bool) -> dict[str, Any]:
         """The template kwargs of a plain thinking switch (Anthropic ``thinking``): the

@@ -152,7 +152,7 @@ class LinearSession(SessionBase):
                         "retry that turn (a request that ends before its reply) or start "
                         "a new session")
         kwargs = self.records[target].request.get("chat_template_kwargs")
-        change = options_change(self.tools, kwargs, request, self.renderer.spec.thinking_kwarg)
+        change = options_change(self.tools, kwargs, request, self.renderer)
         if change is not None:
             raise BadRequest(
                 f"the request changes the render of session {self.session_id}: {change}. "
@@ -161,7 +161,7 @@ class LinearSession(SessionBase):
                 "(deferred tools with defer_loading), keep the options, or use "
                 "--session-version v2, where a change starts a new root",
                 code="render_changed")
-        keep_options(kwargs, request, self.renderer.spec.thinking_kwarg)
+        keep_options(kwargs, request, self.renderer)
         keep_messages = self.checkpoint_ends[target]
         rolled_back = len(self.records) - (target + 1)
         base = snapshot_ids(self.records[: target + 1]) if rolled_back else self.snapshot.view()

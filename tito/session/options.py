@@ -7,14 +7,19 @@ the new tools or options where the stored prefix has the old ones): v1 refuses i
 recorded ones (:func:`keep_options`: its turn renders, and its record lists, the path's
 options, so a comparator that renders the path under a turn's options sees the ones the
 path was rendered with, e.g. inkling's or gpt-oss's effort at the top of the prompt).
-The family's thinking switch is a per-turn option (it changes only the generation
-prompt) and is not compared.
+An explicit OpenAI effort is an option like the others (every effort that turns thinking
+on sets the family's level), so asking ``low`` on a path rendered at ``max`` is a change,
+not a silent ``max``. The family's thinking switch is a per-turn option where it changes
+only the generation prompt, and a render option where it changes the text before it
+(``FamilySpec.thinking_in_prefix``: a system instruction, e.g. qwen38, kimi_k3,
+minimax_m3, gemma4; deepseek_v4's maximum-effort preamble).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tito.render.base import TemplateRenderer
 from tito.types.messages import TurnRequest
 
 
@@ -40,31 +45,50 @@ def _tools_change(before: list[dict[str, Any]], now: list[dict[str, Any]]) -> st
     return f"tools ({len(before)} -> {len(now)}: {'; '.join(parts)})"
 
 
-def _options(kwargs: dict[str, Any] | None, thinking: str | None) -> dict[str, Any]:
-    return {k: v for k, v in (kwargs or {}).items() if k != thinking}
+_UNSET = object()
+
+
+def _kept(kwargs: dict[str, Any] | None, asked: dict[str, Any],
+          renderer: TemplateRenderer) -> dict[str, Any]:
+    """The recorded ``kwargs`` a request that sets ``asked`` keeps: its render options (the
+    thinking switch only where it is one, :meth:`TemplateRenderer.render_options`)."""
+    recorded = kwargs or {}
+    options = renderer.render_options(recorded)
+    return {k: v for k, v in recorded.items() if k not in asked and k in options}
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is _UNSET else repr(value)
 
 
 def options_change(tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None,
-                   request: TurnRequest, thinking_kwarg: str | None) -> str | None:
+                   request: TurnRequest, renderer: TemplateRenderer) -> str | None:
     """What ``request`` changes in a path rendered with ``tools`` and chat-template
-    ``kwargs`` (None: nothing, or it leaves them out)."""
+    ``kwargs`` (None: nothing, or it leaves them out): a render option it sets (an OpenAI
+    effort sets the family's level, :meth:`TemplateRenderer.effort_kwargs`) to another
+    value than the path's, the template's default counting as the value of an unset one."""
     changes = []
     if request.tools is not None and request.tools != (tools or []):
         changes.append(_tools_change(tools or [], request.tools))
-    asked = _options(request.template_kwargs, thinking_kwarg)
-    recorded = _options(kwargs, thinking_kwarg)
-    if asked and asked != recorded:
-        keys = sorted(k for k in set(asked) | set(recorded) if asked.get(k) != recorded.get(k))
-        changes.append(f"chat_template_kwargs ({', '.join(keys)})")
+    asked = request.template_kwargs or {}
+    if asked:
+        before = renderer.render_options(kwargs)
+        after = renderer.render_options({**_kept(kwargs, asked, renderer), **asked})
+        diffs = [f"{k} {_show(before.get(k, _UNSET))} -> {_show(after.get(k, _UNSET))}"
+                 for k in sorted(set(before) | set(after))
+                 if before.get(k, _UNSET) != after.get(k, _UNSET)]
+        if diffs:
+            changes.append(f"chat_template_kwargs ({'; '.join(diffs)})")
     return " and ".join(changes) or None
 
 
 def keep_options(kwargs: dict[str, Any] | None, request: TurnRequest,
-                 thinking_kwarg: str | None) -> None:
+                 renderer: TemplateRenderer) -> None:
     """Give ``request`` (it extends a path rendered with chat-template ``kwargs``, and
-    :func:`options_change` found no change) the recorded options it leaves out; the
-    thinking switch, a per-turn option, is not carried over."""
+    :func:`options_change` found no change) the recorded render options it leaves out;
+    the thinking switch, a per-turn option where it changes only the generation prompt,
+    is not carried over there."""
     asked = request.template_kwargs or {}
-    missing = {k: v for k, v in _options(kwargs, thinking_kwarg).items() if k not in asked}
+    missing = _kept(kwargs, asked, renderer)
     if missing:
         request.template_kwargs = {**missing, **asked}

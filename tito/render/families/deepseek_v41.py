@@ -10,10 +10,14 @@
 - System messages are gathered at the top: appends are ``tool``, ``user``, ``assistant``.
 - Thinking per request with ``thinking`` (default off); OpenAI's effort ``xhigh`` sets the
   template's ``reasoning_effort="max"`` (its maximum-effort preamble at the top of the
-  prompt: a later turn that changes it changes the render options, refused in v1).
-- Pinned: ``drop_thinking=False``. Tolerated: thinking switched per turn (it changes only
-  the generation prompt). Refused: a system append (400 ``role_not_allowed``), a request
-  that contradicts the pin (400 ``template_kwarg_conflict``).
+  prompt, rendered only with thinking on), ``low``/``medium``/``high`` set ``"high"`` (no
+  preamble). The level is a session option: ``low`` after an ``xhigh`` turn is a 400
+  ``render_changed`` (v1) or a new root (v2), and so is switching thinking off under
+  ``max`` (the preamble would go).
+- Pinned: ``drop_thinking=False``. Tolerated: thinking switched per turn without ``max``
+  (it changes only the generation prompt). Refused: a system append (400
+  ``role_not_allowed``), a request that contradicts the pin (400
+  ``template_kwarg_conflict``).
 - Stop: ``<｜end▁of▁sentence｜>``.
 - Tokenizer: V4.1's is not available offline: a stand-in with DeepSeek's special tokens
   (``--tokenizer standin``). V4's ``tokenizer.json`` (``deepseek-v4/``) also works and is
@@ -26,6 +30,7 @@ from __future__ import annotations
 from tito.parse.deepseek import DsmlParser
 from tito.render.base import FamilySpec, TemplateRenderer
 from tito.render.families import bundled_template
+from tito.render.families.deepseek_v4 import EFFORTS, DeepSeekV4Renderer
 from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
@@ -51,8 +56,9 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_default=False,
         turn_openers=("<｜User｜>", "<｜Assistant｜>"),
         effort_kwarg="reasoning_effort",
-        effort_levels={"xhigh": "max"},
+        effort_levels=EFFORTS,
+        effort_default="high",
     )
     parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
                         block="calls", tag_space=" ")
-    return TemplateRenderer(tokenizer, spec, parser)
+    return DeepSeekV4Renderer(tokenizer, spec, parser)

@@ -15,8 +15,9 @@
 - Junction: the model stops at ``<turn|>`` (the render continues with ``\\n``) or, after its
   calls, at ``<|tool_response>``, which opens the results: the model turn continues after
   them (no new ``<|turn>model``). All roles append (a later system message is a turn).
-- Thinking per request (``enable_thinking``, default off; it also writes ``<|think|>`` into
-  the system turn, so a session switching it keeps its first turn's system text).
+- Thinking (``enable_thinking``, default off) also writes ``<|think|>`` into the system
+  turn, so it is a session option: a turn that switches it is a 400 ``render_changed``
+  (v1) or a new root (v2); a turn that leaves it out keeps the session's.
 - Refused: ``preserve_thinking=false`` (400 ``template_kwarg_conflict``). Format limit: a
   string argument holding ``<|"|>`` (Gemma's string mark) cannot be parsed back.
 - Other revisions: the release one (4742fe8) passes the verifier only because it never
@@ -59,6 +60,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         bos_token="<bos>",
         thinking_kwarg="enable_thinking",
         thinking_default=False,
+        thinking_in_prefix=True,
         turn_openers=("<|turn>", "<|tool_response>", "<tool_response|>"),
         assistant_openers=("<|turn>model", "<tool_response|>"),
     )

@@ -45,5 +45,6 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         turn_openers=("<|start|>",),
         effort_kwarg="reasoning_effort",
         effort_levels=EFFORTS,
+        effort_default="medium",
     )
     return HarmonyRenderer(tokenizer, spec, HarmonyParser(tokenizer, stop_texts=STOPS))

@@ -66,5 +66,6 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         turn_openers=OPENERS,
         effort_kwarg="reasoning_effort",
         effort_levels=EFFORTS,
+        effort_default="high",
     )
     return InklingRenderer(tokenizer, spec, InklingParser(tokenizer, stop_texts=(STOP,)))

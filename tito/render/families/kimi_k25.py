@@ -7,10 +7,11 @@
   ``preserve_thinking=False`` in a request is a 400 (``template_kwarg_conflict``).
 - Thinking per request (``thinking``, default on; OpenAI effort ``none``/``minimal`` off;
   Anthropic ``thinking``): prompt ``<think>``, or ``<think></think>`` and every assistant
-  rendered with an empty block when off. Switching it within a session is tolerated (each
-  bridge appends only the new messages, so the ids stay what the model saw) but the
-  canonical render of the history then differs (reasoning shown or not): the session's
-  comparator reports it (``special_token_count``), as for glm47.
+  rendered with an empty block when off. Switching it within a session is tolerated: the
+  switch changes no text before the generation prompt; the template would show earlier
+  reasoning as an empty block when off, but each bridge appends only the new messages
+  (the ids stay what the model saw) and the comparator compares each turn's new segments
+  under that turn's own options: no mismatch (tested), as for glm47.
 - Junction: concatenation (``<|im_end|>`` has no trailing newline). All roles append.
 - Calls: kimi_k2's (``functions.NAME:IDX`` ids; other ids are mapped as kimi_k2 does).
 - Tolerated: an assistant's ``reasoning_content: null`` is dropped before rendering (the

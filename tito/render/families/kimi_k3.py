@@ -9,10 +9,11 @@
   ``think`` (or ``response``). ``thinking_effort`` (``low``/``high``/``max``, default
   ``max``) is a system message at the top; OpenAI's effort sets it (``EFFORTS``: ``low`` ->
   low, ``medium``/``high`` -> high, ``xhigh`` -> max; ``none``/``minimal`` switch thinking
-  off). A session keeps its options (a changed effort is a 400 ``render_changed``), so the
-  top message does not change under it. Switching thinking within a session is tolerated
-  (the ids stay what the model saw) but the canonical render of the history differs (no
-  ``think`` sections nor effort message when off): the comparator reports it.
+  off). The effort message is rendered only with thinking on, so both the effort and the
+  thinking switch are session options: a turn that changes either is a 400
+  ``render_changed`` (v1) or a new root (v2), a turn that leaves them out keeps them, and
+  the top message does not change under a session (an explicit ``xhigh`` equals the
+  default ``max``).
 - Refused (400 ``template_kwarg_not_append_only``): ``chat_template_kwargs`` that make the
   template add a system message *after the last message* (``tool_choice`` ``required`` /
   ``none``, ``response_format`` ``json_object`` / ``json_schema``, ``response_schema``):
@@ -88,6 +89,8 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="thinking",
         effort_kwarg="thinking_effort",
         effort_levels=EFFORTS,
+        effort_default="max",
+        thinking_in_prefix=True,
         comparator_special=("<|end_of_msg|>",),
         turn_openers=('<|open|>message role="',),
         assistant_openers=('<|open|>message role="assistant"',),

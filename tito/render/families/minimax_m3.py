@@ -10,8 +10,9 @@
   API switches (a boolean: ``reasoning_effort``, Anthropic ``thinking``, or
   ``chat_template_kwargs`` ``thinking_mode: true/false``) map to ``enabled`` / ``disabled``
   (Anthropic's ``adaptive`` type too is "on": send no switch for the adaptive default).
-  The mode is written into the system message: a session that switches it between turns
-  keeps the system text of its first turn.
+  The mode is written into the system message, so it is a session option: a turn that
+  switches it is a 400 ``render_changed`` (v1) or a new root (v2); a turn that leaves it
+  out keeps the session's.
 - Junction: the model stops at ``[e~[``; the render continues with ``\\n``.
 - Later system messages are not rendered upstream (they would vanish): appends are ``tool``,
   ``user``, ``assistant``.
@@ -54,6 +55,10 @@ class MiniMaxM3Renderer(TemplateRenderer):
         return [{"thinking_mode": True}, {"thinking_mode": False},
                 {"thinking_mode": "adaptive"}]
 
+    def thinking_option(self, kwargs: dict[str, Any] | None) -> Any:
+        """The mode (unset: the template's own default, no instruction)."""
+        return self.effective_kwargs(kwargs).get("thinking_mode")
+
     def thinking_enabled(self, template_kwargs: dict[str, Any] | None) -> bool:
         return self.effective_kwargs(template_kwargs).get("thinking_mode") != "disabled"
 
@@ -66,6 +71,7 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         assistant_start="]~b]ai",
         stop_tokens=STOPS,
         thinking_kwarg="thinking_mode",
+        thinking_in_prefix=True,
         turn_openers=("]~b]",),
     )
     return MiniMaxM3Renderer(tokenizer, spec, MiniMaxM3Parser(tokenizer, stop_texts=STOPS))

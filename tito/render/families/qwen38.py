@@ -10,7 +10,9 @@
   with thinking off). OpenAI ``reasoning_effort`` / Responses ``reasoning.effort`` map onto
   it: ``low`` -> ``low``, ``medium`` -> ``medium``, ``high``/``xhigh`` -> ``xhigh``,
   ``none``/``minimal`` switch thinking off; Anthropic ``thinking`` switches
-  ``enable_thinking``. Keep one effort per session (the instruction is in the first turn).
+  ``enable_thinking``. The effort and, where it writes the instruction (any effort but
+  ``medium``), the thinking switch are session options: a turn that changes them is a 400
+  ``render_changed`` (v1) or a new root (v2); a turn that leaves them out keeps them.
 - Refused: a system message after the first (the template raises): appends are ``tool``,
   ``user``, ``assistant``, a system append is a 400 naming the family; ``chat_template_kwargs``
   ``preserve_thinking=false`` (400 ``template_kwarg_conflict``); a ``reasoning_effort`` the
@@ -25,6 +27,8 @@
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from tito.parse.xml_coder import XmlCoderParser
 from tito.render.base import FamilySpec, TemplateRenderer
@@ -43,6 +47,13 @@ EFFORTS = {"low": "low", "medium": "medium", "high": "xhigh", "xhigh": "xhigh"}
 """OpenAI reasoning efforts -> the template's ``reasoning_effort``."""
 
 
+class Qwen38Renderer(TemplateRenderer):
+    def thinking_in_prefix(self, options: dict[str, Any]) -> bool:
+        """The effort instruction tops the system message only with thinking on (and
+        ``medium`` has none)."""
+        return options.get("reasoning_effort") != "medium"
+
+
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
     spec = FamilySpec(
         name="qwen38",
@@ -54,8 +65,10 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         thinking_kwarg="enable_thinking",
         effort_kwarg="reasoning_effort",
         effort_levels=EFFORTS,
+        effort_default="xhigh",
+        thinking_in_prefix=True,
         bridge_base_user=True,
         turn_openers=("<|im_start|>",),
     )
     parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
-    return TemplateRenderer(tokenizer, spec, parser)
+    return Qwen38Renderer(tokenizer, spec, parser)
