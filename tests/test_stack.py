@@ -126,6 +126,7 @@ async def idle_connection_closed(url: str, wait: float) -> bool:
         writer.close()
 
 
+@pytest.mark.slow  # waits out a real keep-alive timeout
 async def test_idle_client_connections_are_kept_keepalive_timeout(qwen3_dir: Path) -> None:
     """`--keepalive-timeout` is the server's idle-connection timeout; its default outlives
     the clients' 5 s (httpx, openai and anthropic SDKs)."""

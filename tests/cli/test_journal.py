@@ -30,6 +30,7 @@ async def two_sessions(make_gateway: Any, folder: Path) -> list[str]:
     return sids
 
 
+@pytest.mark.slow  # real journal processes
 async def test_check_reports_and_repair_repairs(make_gateway: Any, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     sids = await two_sessions(make_gateway, tmp_path)

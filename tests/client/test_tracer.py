@@ -41,6 +41,7 @@ async def test_when_every_worker_is_down_the_error_is_raised(dead_url: str) -> N
             await tracer.create(key=1)
 
 
+@pytest.mark.slow  # waits for a worker to come back
 async def test_a_collection_waits_for_its_worker_then_names_it(qwen3_stack: Any,
                                                                dead_url: str) -> None:
     _, gateway = qwen3_stack

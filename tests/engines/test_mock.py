@@ -523,6 +523,7 @@ async def test_abort_mid_generation_and_duplicate_rid(engines, qwen3) -> None:
     assert res_other.json()["meta_info"]["finish_reason"]["type"] == "stop"
 
 
+@pytest.mark.slow  # real pauses
 async def test_pause_modes(engines, qwen3) -> None:
     async with httpx.AsyncClient(base_url=engines["slow"].url, timeout=30) as client:
         try:
@@ -566,6 +567,7 @@ async def test_pause_modes(engines, qwen3) -> None:
             await client.post("/continue_generation", json={})
 
 
+@pytest.mark.slow  # waits for a real disconnect
 def test_client_disconnect_aborts(engines, qwen3) -> None:
     ids = prompt(qwen3, "LONG 300")
     with httpx.Client(base_url=engines["slow"].url, timeout=10) as client:

@@ -16,6 +16,8 @@ from helpers.support import start_mock, tokenizer_dir
 from tito.cli import mock_engine as cli
 from tito.engines.mock import FAULT_MODES, Fault, MockEngine, parse_directives, parse_fault
 
+pytestmark = pytest.mark.slow  # real faults and their delays
+
 MakeMock = Callable[..., MockEngine]
 Serve = Callable[..., Awaitable[str]]
 

@@ -30,6 +30,8 @@ from tito.net import bind_tcp, url_of
 from tito.types.engine import SamplingParams
 from tito.types.errors import EngineError, EngineTimeout
 
+pytestmark = pytest.mark.slow  # real timeouts against a stalled vLLM stand-in
+
 PARAMS = SamplingParams(max_new_tokens=2)
 MODELS = {"data": [{"id": "m", "max_model_len": 4096}]}
 

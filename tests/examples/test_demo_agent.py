@@ -26,6 +26,8 @@ from tito.examples.calculator import (
     run_calculator,
 )
 
+pytestmark = pytest.mark.slow  # a real demo agent per case
+
 
 # -- the calculator tool -----------------------------------------------------------------
 @pytest.mark.parametrize(("expression", "value"), [

@@ -11,6 +11,8 @@ from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.render.families import ALIASES, FAMILIES, family_module
 
+pytestmark = pytest.mark.slow  # every family's template at every effort
+
 PROBE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
 SWITCHED = [f for f in FAMILIES if f not in ALIASES and f != "default"]
 

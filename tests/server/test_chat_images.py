@@ -17,6 +17,8 @@ from tito.samples import decode_samples
 from tito.server.unsupported import IMAGE_MARKER
 from tito.types.tokenizer import load_tokenizer
 
+pytestmark = pytest.mark.slow  # a gateway over the real mock engine per case
+
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 READ = [{"type": "function", "function": {"name": "read", "parameters": {
     "type": "object", "properties": {"path": {"type": "string"}}}}}]

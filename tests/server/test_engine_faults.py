@@ -14,6 +14,8 @@ from helpers.inproc import new_session, over_mock_engine
 
 from tito.render.base import TemplateRenderer
 
+pytestmark = pytest.mark.slow  # real faults and their delays
+
 
 @pytest.fixture
 async def stack(qwen3_dir: Path, qwen3_renderer: TemplateRenderer,

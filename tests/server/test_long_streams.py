@@ -31,6 +31,8 @@ from helpers.support import (
 
 from tito.render.base import TemplateRenderer
 
+pytestmark = pytest.mark.slow  # long streams over the real mock engine
+
 LONG = 65536
 
 

@@ -21,6 +21,8 @@ from tito.render.base import TemplateRenderer
 from tito.render.families import family_module
 from tito.render.families.loaders import write_standin
 
+pytestmark = pytest.mark.slow  # a gateway over the real mock engine per case
+
 FIRST = [{"role": "user", "content": "SAY Hi."}]
 
 
