@@ -230,10 +230,9 @@ RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"],
                    for t in TOOLS]
 
 
+@pytest.mark.parametrize("stack", sorted(PROMPT_CHECKED), indirect=True)
 def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
-    if family not in PROMPT_CHECKED:
-        pytest.skip(f"{family}: the Responses thinking prompt is checked for PROMPT_CHECKED")
     sid, client = _session(gateway.url)
     first = client.responses.create(
         model="m", tools=[WEATHER_RESPONSES], reasoning={"effort": "high"},
@@ -251,10 +250,9 @@ def test_responses_session_thinking_prompt(stack: tuple[str, Proc, Proc]) -> Non
     assert _prompt_text(family, log[0]["input_ids"]).endswith(ON_PROMPT[family])
 
 
+@pytest.mark.parametrize("stack", sorted(PROMPT_CHECKED), indirect=True)
 def test_messages_session_with_anthropic_thinking(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
-    if family not in PROMPT_CHECKED:
-        pytest.skip(f"{family}: the Messages thinking prompt is checked for PROMPT_CHECKED")
     import anthropic
 
     sid = httpx.post(gateway.url + "/sessions").json()["session_id"]
@@ -279,12 +277,10 @@ def test_messages_session_with_anthropic_thinking(stack: tuple[str, Proc, Proc])
     assert _prompt_text(family, log[0]["input_ids"]).endswith(ON_PROMPT[family])
 
 
+@pytest.mark.parametrize("stack", sorted(OFF_PROMPT), indirect=True)
 def test_chat_reasoning_effort_none_switches_thinking_off(stack: tuple[str, Proc, Proc]
                                                          ) -> None:
     family, engine, gateway = stack
-    if family not in OFF_PROMPT:
-        pytest.skip(f"{family}: the thinking-off prompt is checked here for the families "
-                    "of OFF_PROMPT")
     sid, client = _session(gateway.url)
     r = client.chat.completions.create(model="m", reasoning_effort="none", messages=[
         {"role": "user", "content": "THINK never shown\nSAY Plain."}])
@@ -597,22 +593,20 @@ def _effort_messages(family: str, engine: Proc, gateway: Proc) -> None:
     _effort_sample(family, engine, gateway, sid, 2)
 
 
+@pytest.mark.parametrize("stack", sorted(EFFORT_FAMILIES), indirect=True)
 def test_effort_sessions_through_chat_responses_and_messages(stack: tuple[str, Proc, Proc]) -> None:
     family, engine, gateway = stack
-    if family not in EFFORT_FAMILIES:
-        pytest.skip(f"{family}: its effort prompt is checked for EFFORT_FAMILIES")
     _effort_chat(family, engine, gateway)
     _effort_responses(family, engine, gateway)
     _effort_messages(family, engine, gateway)
 
 
+@pytest.mark.parametrize("stack", ["inkling"], indirect=True)
 def test_inkling_refuses_a_later_turn_that_changes_the_effort(
         stack: tuple[str, Proc, Proc]) -> None:
     """The effort is a system message in the first turn: changing it later would change
     the history, so a v1 session refuses it (400) and stays as it was."""
     family, engine, gateway = stack
-    if family != "inkling":
-        pytest.skip("inkling only")
     sid, client = _session(gateway.url)
     first = [{"role": "user", "content": "SAY hi"}]
     r = client.chat.completions.create(model="m", messages=first, reasoning_effort="low")
