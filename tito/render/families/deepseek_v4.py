@@ -38,10 +38,14 @@ class DeepSeekV4Renderer(TemplateRenderer):
         return options.get("reasoning_effort") == "max"
 
 
-def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+def build(tokenizer: Tokenizer, template: str | None, *, name: str = "deepseek_v4",
+          bundled: str = "deepseek_v4.jinja", block: str = "tool_calls",
+          tag_space: str = "") -> TemplateRenderer:
+    """The renderer (``name``/``bundled``/``block``/``tag_space``: V4.1, V4 with its own
+    template and DSML spelling)."""
     spec = FamilySpec(
-        name="deepseek_v4",
-        template=template or bundled_template("deepseek_v4.jinja"),
+        name=name,
+        template=template or bundled_template(bundled),
         pinned_kwargs={"drop_thinking": False},
         allowed_append_roles=frozenset({"tool", "user", "assistant"}),
         assistant_start="<｜Assistant｜>",
@@ -56,5 +60,5 @@ def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
         effort_default="high",
     )
     parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
-                        block="tool_calls")
+                        block=block, tag_space=tag_space)
     return DeepSeekV4Renderer(tokenizer, spec, parser)

@@ -27,38 +27,18 @@
 
 from __future__ import annotations
 
-from tito.parse.deepseek import DsmlParser
-from tito.render.base import FamilySpec, TemplateRenderer
-from tito.render.families import bundled_template
-from tito.render.families.deepseek_v4 import EFFORTS, DeepSeekV4Renderer
+from tito.render.base import TemplateRenderer
+from tito.render.families import deepseek_v4
 from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
 COMPATIBLE_FIXTURE = "deepseek-v4"
 """A real tokenizer folder this family is also verified over (V4's: same special tokens)."""
-EOS = "<｜end▁of▁sentence｜>"
-BOS = "<｜begin▁of▁sentence｜>"
+EOS, BOS = deepseek_v4.EOS, deepseek_v4.BOS
 STANDIN = (BOS, EOS, "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜")
 STANDIN_EOS = EOS
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
-    spec = FamilySpec(
-        name="deepseek_v41",
-        template=template or bundled_template("deepseek_v41.jinja"),
-        pinned_kwargs={"drop_thinking": False},
-        allowed_append_roles=frozenset({"tool", "user", "assistant"}),
-        assistant_start="<｜Assistant｜>",
-        stop_tokens=(EOS,),
-        bos_token=BOS,
-        eos_token=EOS,
-        thinking_kwarg="thinking",
-        thinking_default=False,
-        turn_openers=("<｜User｜>", "<｜Assistant｜>"),
-        effort_kwarg="reasoning_effort",
-        effort_levels=EFFORTS,
-        effort_default="high",
-    )
-    parser = DsmlParser(tokenizer, stop_texts=(EOS,), think_opened_by_prompt=True,
-                        block="calls", tag_space=" ")
-    return DeepSeekV4Renderer(tokenizer, spec, parser)
+    return deepseek_v4.build(tokenizer, template, name="deepseek_v41",
+                             bundled="deepseek_v41.jinja", block="calls", tag_space=" ")

@@ -23,10 +23,12 @@ STANDIN = ("]~!b[", "]~b]", "[e~[", "<think>", "</think>", "<minimax:tool_call>"
 STANDIN_EOS = "[e~["
 
 
-def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+def build(tokenizer: Tokenizer, template: str | None, *, name: str = "minimax_m2",
+          bundled: str = "minimax_m2.jinja") -> TemplateRenderer:
+    """The renderer (``name``/``bundled``: a sibling with its own template, minimax_m25)."""
     spec = FamilySpec(
-        name="minimax_m2",
-        template=template or bundled_template("minimax_m2.jinja"),
+        name=name,
+        template=template or bundled_template(bundled),
         pinned_kwargs={"clear_thinking": False},
         allowed_append_roles=frozenset({"tool", "user", "assistant"}),
         assistant_start="]~b]ai",

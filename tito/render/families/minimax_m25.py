@@ -14,10 +14,9 @@
 
 from __future__ import annotations
 
-from tito.parse.minimax import MiniMaxParser
-from tito.render.base import FamilySpec, TemplateRenderer
-from tito.render.families import bundled_template
-from tito.render.families.minimax_m2 import STANDIN, STANDIN_EOS, STOPS
+from tito.render.base import TemplateRenderer
+from tito.render.families import minimax_m2
+from tito.render.families.minimax_m2 import STANDIN, STANDIN_EOS
 from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
@@ -25,14 +24,4 @@ __all__ = ["FIXTURE", "STANDIN", "STANDIN_EOS", "build"]
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
-    spec = FamilySpec(
-        name="minimax_m25",
-        template=template or bundled_template("minimax_m25.jinja"),
-        pinned_kwargs={"clear_thinking": False},
-        allowed_append_roles=frozenset({"tool", "user", "assistant"}),
-        assistant_start="]~b]ai",
-        stop_tokens=STOPS,
-        turn_openers=("]~b]",),
-    )
-    parser = MiniMaxParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True)
-    return TemplateRenderer(tokenizer, spec, parser)
+    return minimax_m2.build(tokenizer, template, name="minimax_m25", bundled="minimax_m25.jinja")

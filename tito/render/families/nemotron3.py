@@ -22,10 +22,12 @@ STANDIN = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</t
 STANDIN_EOS = "<|im_end|>"
 
 
-def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
+def build(tokenizer: Tokenizer, template: str | None, *, name: str = "nemotron3",
+          bundled: str = "nemotron3.jinja") -> TemplateRenderer:
+    """The renderer (``name``/``bundled``: a sibling with its own template, nemotron35)."""
     spec = FamilySpec(
-        name="nemotron3",
-        template=template or bundled_template("nemotron3.jinja"),
+        name=name,
+        template=template or bundled_template(bundled),
         pinned_kwargs={"truncate_history_thinking": False},
         assistant_start="<|im_start|>assistant",
         stop_tokens=STOPS,

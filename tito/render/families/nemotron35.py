@@ -23,30 +23,18 @@
 
 from __future__ import annotations
 
-from tito.parse.xml_coder import XmlCoderParser
-from tito.render.base import FamilySpec, TemplateRenderer
-from tito.render.families import bundled_template
+from tito.render.base import TemplateRenderer
+from tito.render.families import nemotron3
 from tito.types.tokenizer import Tokenizer
 
 FIXTURE = None
 TEMPLATE_FIXTURE = "nemotron-3.5/chat_template.jinja"
 """The publisher's template the bundled copy follows (tests check the one difference)."""
-STOPS = ("<|im_end|>",)
+STOPS = nemotron3.STOPS
 STANDIN = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
            "<tool_call>", "</tool_call>")
 STANDIN_EOS = "<|im_end|>"
 
 
 def build(tokenizer: Tokenizer, template: str | None) -> TemplateRenderer:
-    spec = FamilySpec(
-        name="nemotron35",
-        template=template or bundled_template("nemotron35.jinja"),
-        pinned_kwargs={"truncate_history_thinking": False},
-        assistant_start="<|im_start|>assistant",
-        stop_tokens=STOPS,
-        thinking_kwarg="enable_thinking",
-        turn_openers=("<|im_start|>",),
-    )
-    parser = XmlCoderParser(tokenizer, stop_texts=STOPS, think_opened_by_prompt=True,
-                            python_literals=True)
-    return TemplateRenderer(tokenizer, spec, parser)
+    return nemotron3.build(tokenizer, template, name="nemotron35", bundled="nemotron35.jinja")
