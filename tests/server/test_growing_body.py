@@ -26,6 +26,7 @@ from tito.server.growing_body import (
 )
 
 KEY = "messages"
+MARK = {"cache_control": {"type": "ephemeral"}}
 
 
 def same_as_orjson(body: bytes, state: GrowingBody | None, *, short: bool = False
@@ -374,6 +375,20 @@ def decode_both(body: bytes, known: list[Any], api_state: ApiState) -> Any:
     assert got.developer == fresh.developer
     assert got.params == fresh.params
     return got.data
+
+
+def test_a_one_message_chat_body_rewritten_decodes_as_without_the_last_body() -> None:
+    """A first body of one (marked) message, sent back rewritten with new ones: matched
+    to the array's ``[`` (its other members reused), decoded as whole."""
+    api_state = ApiState()
+    first = [{"role": "user", "content": [{"type": "text", "text": "u", **MARK}]}]
+    known = decode_both(sdk_body(first, model="m", tools=[]), [], api_state)["messages"]
+    later = [{"role": "user", "content": [{"type": "text", "text": "u"}]},
+             {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+    assert parse_growing(sdk_body(later, model="m", tools=[]), KEY,
+                         api_state.chat_body.parsed, short=True).same_rest
+    decode_both(sdk_body(later, model="m", tools=[]), known, api_state)
+    decode_both(sdk_body([], model="m", tools=[]), known, api_state)
 
 
 def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
