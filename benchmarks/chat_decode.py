@@ -28,6 +28,12 @@ last message comes back rewritten every turn.
     python benchmarks/chat_decode.py --api anthropic --cache-control   # as Claude Code
     python benchmarks/chat_decode.py --api responses
     python benchmarks/chat_decode.py --api openai --cache-control      # the same on Chat
+    python benchmarks/chat_decode.py --api anthropic --cache-control --claude-code --turns 2
+
+``--claude-code`` (``--api anthropic``): the system prompt and tool list of Claude Code's
+captured body (``tests/harnesses/fixtures/claude_code/bash_1.json``, ~100 KB) instead of
+a one-line system prompt; with ``--turns 2`` the rows show a session's first two bodies,
+the second of which rewrites the first's only message.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a cache_control marker on the newest message only, moving every "
                    "turn (Claude Code's on Messages; a text part's on Chat; an item's on "
                    "Responses)")
+    p.add_argument("--claude-code", action="store_true",
+                   help="--api anthropic: Claude Code's captured system prompt and tools")
     p.add_argument("--tokenizer", type=Path, default=QWEN3_DIR,
                    help="Qwen3 tokenizer folder (--api anthropic: its thinking switch)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -124,17 +132,28 @@ def marked(messages: list[Any]) -> list[Any]:
     return [*messages[:-1], last]
 
 
-def anthropic_conversation(turns: int, chars: int, cache_control: bool = False
-                           ) -> list[tuple[bytes, dict[str, Any]]]:
+def claude_code_rest() -> dict[str, Any]:
+    """The system prompt and tools of Claude Code's captured body."""
+    fixtures = Path(__file__).resolve().parents[1] / "tests" / "harnesses" / "fixtures"
+    body = json.loads((fixtures / "claude_code" / "bash_1.json").read_text())["body"]
+    tools = body["tools"]
+    if isinstance(tools, str):  # "@tools-<n>-<hash>.json": stored once
+        tools = json.loads((fixtures / "claude_code" / tools[1:]).read_text())
+    return {"system": body["system"], "tools": tools}
+
+
+def anthropic_conversation(turns: int, chars: int, cache_control: bool = False,
+                           claude_code: bool = False) -> list[tuple[bytes, dict[str, Any]]]:
     """(Messages body, the reply the gateway stored for it) of every turn: each reply is a
     text and a ``tool_use`` block, answered by a ``tool_result``."""
     words = _words(chars)
     messages: list[Any] = [{"role": "user", "content": words}]
+    rest = claude_code_rest() if claude_code else {"system": "You are an agent."}
     out = []
     for turn in range(turns):
         body = sdk_json({"max_tokens": 256,
                          "messages": marked(messages) if cache_control else messages,
-                         "model": "m", "system": "You are an agent.", "temperature": 1.0})
+                         "model": "m", **rest, "temperature": 1.0})
         call_id, text = f"toolu_{turn}", f"{turn} {words}"
         stored = {"role": "assistant", "content": text, "tool_calls": [
             {"id": call_id, "type": "function",
@@ -240,8 +259,8 @@ def route_of(args: argparse.Namespace) -> Route:
     if args.api == "anthropic":
         renderer = build_renderer("qwen3", args.tokenizer)
         return Route("a Messages body", "decode_messages: parse, validation, conversion",
-                     lambda turns, chars: anthropic_conversation(turns, chars,
-                                                                 args.cache_control),
+                     lambda turns, chars: anthropic_conversation(
+                         turns, chars, args.cache_control, args.claude_code),
                      lambda body, state: decode_messages(body, renderer, max_depth=64,
                                                          state=state)[1],
                      lambda seq, sessions, keep: anthropic_per_turn(seq, sessions, keep,

@@ -6,7 +6,10 @@ comes in many chunks, coalesced as SGLang does when the reader is behind), cumul
 (SGLang's default) or incremental (``--incremental-streaming-output``); the gateway in
 front streams it to the client on one door. For each length the gateway's on-CPU time of
 the whole turn (``/proc/<pid>/task/*/schedstat``) is divided by the tokens; the last
-column is the per-token figure over the shortest length's.
+column is the per-token figure over the shortest length's. ``engine chunks`` is how many
+chunks the mock sent for the turn (median): in the cumulative mode each repeats every id
+so far, so the bytes the gateway reads grow with their count, which depends on how far
+behind the reader was (both processes share the machine's cores).
 
     python benchmarks/stream_cpu.py
     python benchmarks/stream_cpu.py --lengths 1024 16384 65536 --door messages
@@ -71,6 +74,13 @@ def stream_turn(url: str, door: str, n: int) -> int:
     return events
 
 
+def engine_chunks(url: str) -> float:
+    """The chunks the mock streamed for its latest request."""
+    with urllib.request.urlopen(url + "/mock/requests") as r:
+        log = json.loads(r.read())
+    return float(log[-1].get("stream_chunks", 0)) if log else 0.0
+
+
 def measure(args: argparse.Namespace, mode: str) -> list[dict[str, Any]]:
     extra = ("--context-length", str(max(args.lengths) + 4096))
     if mode == "incremental":
@@ -81,13 +91,15 @@ def measure(args: argparse.Namespace, mode: str) -> list[dict[str, Any]]:
     try:
         stream_turn(gateway.url, args.door, 64)  # warm up
         for n in args.lengths:
-            per_token = []
+            per_token, chunks = [], []
             for _ in range(args.repeat):
                 before = cpu_ns(gateway.pid)
                 stream_turn(gateway.url, args.door, n)
                 per_token.append((cpu_ns(gateway.pid) - before) / 1e3 / n)
+                chunks.append(engine_chunks(engine.url))
             rows.append({"mode": mode, "door": args.door, "tokens": n,
-                         "cpu_us_per_token": median(per_token)})
+                         "cpu_us_per_token": median(per_token),
+                         "engine_chunks": median(chunks)})
     finally:
         gateway.stop()
         engine.stop()
@@ -101,9 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rows = [row for mode in args.modes for row in measure(args, mode)]
     print_table(f"gateway CPU per streamed token ({args.door}, median of {args.repeat})",
-                ["mode", "tokens", "CPU us/token", f"x vs {args.lengths[0]}"],
-                [[r["mode"], r["tokens"], fmt(r["cpu_us_per_token"], 1), fmt(r["ratio"])]
-                 for r in rows])
+                ["mode", "tokens", "engine chunks", "CPU us/token", f"x vs {args.lengths[0]}"],
+                [[r["mode"], r["tokens"], f"{r['engine_chunks']:.0f}",
+                  fmt(r["cpu_us_per_token"], 1), fmt(r["ratio"])] for r in rows])
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -135,6 +135,8 @@ def test_chat_decode_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("api", "what"), [("anthropic", "a Messages body"),
                                            ("anthropic --cache-control", "a Messages body"),
+                                           ("anthropic --cache-control --claude-code",
+                                            "a Messages body"),
                                            ("responses", "a Responses body"),
                                            ("openai --cache-control", "a chat body"),
                                            ("responses --cache-control",
@@ -172,7 +174,7 @@ def test_gateway_overhead_profiles_both_servers(tmp_path: Path) -> None:
 def test_stream_cpu_tiny(tmp_path: Path) -> None:
     out = run_benchmark("stream_cpu.py", "--lengths", "64", "256", "--repeat", "1",
                         tmp_path=tmp_path)
-    assert "gateway CPU per streamed token" in out
+    assert "gateway CPU per streamed token" in out and "engine chunks" in out
 
 
 def test_keepalive_soak_tiny(tmp_path: Path) -> None:

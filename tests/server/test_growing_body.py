@@ -26,19 +26,20 @@ from tito.server.growing_body import (
 )
 
 KEY = "messages"
+MARK = {"cache_control": {"type": "ephemeral"}}
 
 
-def same_as_orjson(body: bytes, state: GrowingBody | None) -> tuple[Any, GrowingBody | None,
-                                                                    int]:
+def same_as_orjson(body: bytes, state: GrowingBody | None, *, short: bool = False
+                   ) -> tuple[Any, GrowingBody | None, int]:
     """parse_growing(body) next to orjson.loads(body): same value (key order included) or
     the same error."""
     try:
         want = orjson.loads(body)
     except orjson.JSONDecodeError:
         with pytest.raises(orjson.JSONDecodeError):
-            parse_growing(body, KEY, state)
+            parse_growing(body, KEY, state, short=short)
         return None, state, -1
-    got = parse_growing(body, KEY, state)
+    got = parse_growing(body, KEY, state, short=short)
     assert got.data == want
     assert type(got.data) is type(want)
     if isinstance(want, dict):
@@ -150,6 +151,67 @@ def test_anything_after_the_known_head_parses_as_orjson_does(rest: bytes) -> Non
     same_as_orjson(head + rest, state)
 
 
+def opening_state(style: int = 2) -> tuple[bytes, GrowingBody]:
+    """A one-element body's state and its bytes through the array's ``[`` (its short
+    head)."""
+    body = dumps({"model": "m", KEY: [{"role": "user", "content": "a"}], "n": 1}, style)
+    state = parse_growing(body, KEY, None, short=True).state
+    assert state is not None and body[:state.short].endswith(b"[")
+    return body[:state.short], state
+
+
+@pytest.mark.parametrize("rest", [
+    b']}',
+    b' ], "n": 1}',
+    b'{"role": "user"}], "n": 1}',
+    b'  {"role": "user"} , {"b": 2} ], "n": 1}',
+    b'{"role": "user"}, {"b": 2}, 3], "n": 2, "x": []}',
+    b'{"role": "user"}], "n": 1, "model": "o"}',  # a member before the array again
+    b'{"role": "user"}], "n": 1, "messages": []}',  # the array again
+    b', {"role": "user"}], "n": 1}',  # a comma before the first element
+    b',], "n": 1}',
+    b'{"role": "user"},], "n": 1}',  # trailing comma in the array
+    b'{"role": "user"}], "n": 1,}',
+    b'{"role": "user"} {"b": 2}], "n": 1}',  # no comma between elements
+    b'"\\ud800"], "n": 1}',
+    b'"\xff"], "n": 1}',
+    b'NaN], "n": 1}',
+    b'{"role": "user"}], "n": 1',  # truncated
+    b'{"role": "user"}',
+    b'{"role": "user"}], "n": 1} extra',
+    b'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "n": 1}',
+    b'"], \\"n\\": 1}"], "n": 1}',  # the tail inside a string
+])
+@pytest.mark.parametrize("style", [0, 1])
+def test_anything_after_a_one_element_body_s_opening_parses_as_orjson_does(
+        rest: bytes, style: int) -> None:
+    """``short``: a body that rewrites the only element of the last one is matched up to
+    the array's ``[`` (every element parsed as new), exactly as ``orjson`` parses it."""
+    head, state = opening_state(style)
+    same_as_orjson(head + rest, state, short=True)
+
+
+@pytest.mark.parametrize("style", range(4))
+def test_a_one_element_body_s_rewrite_is_parsed_from_the_opening_with_the_same_rest(
+        style: int) -> None:
+    """Claude Code's second body: the first (only) message comes back rewritten, with
+    new ones after it, and the members after the array (system prompt, tools) are the
+    first body's: they are not parsed again, and the state grows from there."""
+    rest = {"system": "s" * 50, "tools": [{"name": "t", "input_schema": {}}]}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "a"}]
+    state: GrowingBody | None = None
+    got = []
+    for turn in range(4):
+        raw = dumps({"model": "m", KEY: marked(messages), **rest}, style)
+        parsed = parse_growing(raw, KEY, state, short=True)
+        assert parsed.data == orjson.loads(raw) and list(parsed.data) == list(orjson.loads(raw))
+        got.append((parsed.extended, parsed.same_rest))
+        state = parsed.state
+        messages += [{"role": "assistant", "content": f"r{turn}"},
+                     {"role": "user", "content": f"u{turn}"}]
+    assert got == [(0, False), (0, True), (2, True), (4, True)]
+
+
 def test_a_member_before_the_array_repeated_after_it_is_orjsons_choice() -> None:
     first = parse_growing(b'{"model": "m", "messages": [1]}', KEY, None)
     body = b'{"model": "m", "messages": [1, 2], "model": "n"}'
@@ -214,6 +276,29 @@ def test_any_sequence_of_bodies_parses_as_orjson_does(
                 and (not lead or dumps(rest, style) == dumps(last[2], style)):
             assert extended == last[3]  # the same serializer extended the same history
         last = (style, lead, rest, len(messages))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(first=st.lists(_message, min_size=1, max_size=2),
+       steps=st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.lists(_message, max_size=3),
+                                st.dictionaries(st.sampled_from(["model", "n", "x"]), _value,
+                                                max_size=2)), max_size=5),
+       style=st.integers(0, 3), lead=st.booleans())
+def test_any_sequence_of_rewrites_of_the_last_element_parses_as_orjson_does(
+        first: list[Any], steps: list[tuple[bool, int, list[Any], dict[str, Any]]],
+        style: int, lead: bool) -> None:
+    """``short``: bodies that rewrite, drop or keep their last element (one-element arrays
+    included: matched to the ``[``) and append others parse as ``orjson`` does."""
+    messages = list(first)
+    state: GrowingBody | None = None
+    for rewrite, drop, appended, rest in [(False, 0, [], {}), *steps]:
+        if drop:
+            messages = messages[:-drop] or messages[:1]
+        if rewrite:
+            messages = [*messages[:-1], {"rewritten": messages[-1]}]
+        messages += appended
+        obj = {**rest, KEY: messages} if lead else {KEY: messages, **rest}
+        _, state, _ = same_as_orjson(dumps(obj, style), state, short=True)
 
 
 def test_a_client_that_rewrites_its_history_every_turn_stops_paying_for_the_state() -> None:
@@ -290,6 +375,20 @@ def decode_both(body: bytes, known: list[Any], api_state: ApiState) -> Any:
     assert got.developer == fresh.developer
     assert got.params == fresh.params
     return got.data
+
+
+def test_a_one_message_chat_body_rewritten_decodes_as_without_the_last_body() -> None:
+    """A first body of one (marked) message, sent back rewritten with new ones: matched
+    to the array's ``[`` (its other members reused), decoded as whole."""
+    api_state = ApiState()
+    first = [{"role": "user", "content": [{"type": "text", "text": "u", **MARK}]}]
+    known = decode_both(sdk_body(first, model="m", tools=[]), [], api_state)["messages"]
+    later = [{"role": "user", "content": [{"type": "text", "text": "u"}]},
+             {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+    assert parse_growing(sdk_body(later, model="m", tools=[]), KEY,
+                         api_state.chat_body.parsed, short=True).same_rest
+    decode_both(sdk_body(later, model="m", tools=[]), known, api_state)
+    decode_both(sdk_body([], model="m", tools=[]), known, api_state)
 
 
 def test_chat_bodies_decode_the_same_with_and_without_the_last_body() -> None:
@@ -498,7 +597,7 @@ def test_a_compact_body_s_state_is_the_walked_one(messages: list[Any], rest: dic
         assert compact is None
         return
     assert compact == walked
-    assert compact.short > 0 or len(messages) == 1
+    assert compact.short > 0  # one element: through the "["
     assert _establish(body, KEY, data) == walked
 
 

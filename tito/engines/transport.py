@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import errno
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import aiohttp
 import orjson
@@ -51,51 +52,131 @@ def error_text(body: bytes, limit: int = 500) -> str:
     return str(err)[:limit]
 
 
+STREAM_READ_BUFSIZE = 1 << 20
+"""aiohttp's read buffer of a stream (:meth:`HttpTransport.stream`); it stops reading the
+socket past twice this until the reader catches up. aiohttp's default (64 KiB) stopped
+and restarted reading (two ``epoll_ctl`` calls and their Python) on almost every network
+read of a cumulative SGLang stream, whose chunks are hundreds of KB in a long turn."""
+
 MAX_EVENT_BYTES = 1 << 30
 """Largest server-sent event line accepted from an engine (1 GiB): far above any chunk a
 turn can produce (a cumulative SGLang chunk of a 1M-token turn is about 40 MB)."""
 
 
-async def sse_data(content: aiohttp.StreamReader, limit: int = MAX_EVENT_BYTES
-                   ) -> AsyncIterator[bytes]:
+class _Reader(Protocol):
+    async def readany(self) -> bytes: ...
+
+
+async def sse_data(content: _Reader, limit: int = MAX_EVENT_BYTES) -> AsyncIterator[bytes]:
     """The ``data:`` payloads of a server-sent event stream, lines of any size (up to
     ``limit`` bytes) in linear total work: each received byte is scanned for the line end
-    once and copied into its line once (aiohttp's own line reader refuses lines over
-    its buffer limit, 512 KiB, and re-copies a long line per network read). A longer
-    line is an ``engine_protocol_error``."""
-    buf = bytearray()
-    scan = 0  # bytes of buf already known to hold no line end
+    once and copied into its payload once (aiohttp's own line reader refuses lines over
+    its buffer limit, 512 KiB, and re-copies a long line per network read). A line that
+    spans network reads is kept as views of them and joined once, its ``data:`` prefix
+    and trailing blanks cut from the views: a cumulative SGLang chunk (hundreds of KB,
+    many reads, every few tokens) costs one copy of its bytes here. A longer line is an
+    ``engine_protocol_error``."""
+    parts: list[memoryview] = []  # the current line's pieces before the newest read
+    size = 0
     while piece := await content.readany():
-        buf += piece
         start = 0
-        while (end := buf.find(b"\n", scan)) != -1:
-            payload = _data_payload(buf, start, end)
-            start = scan = end + 1
+        while (end := piece.find(b"\n", start)) != -1:
+            if parts:
+                parts.append(memoryview(piece)[start:end])
+                payload = _joined_payload(parts)
+                parts, size = [], 0
+            else:
+                payload = _data_payload(piece, start, end)
+            start = end + 1
             if payload is not None:
                 yield payload
-        if start:
-            del buf[:start]  # what is left is the start of one line: moved once
-        scan = len(buf)
-        if scan > limit:
-            raise EngineError(f"an engine stream event is over {limit} bytes",
-                              code="engine_protocol_error")
-    last = _data_payload(buf, 0, len(buf))
-    if last is not None:
-        yield last
+        if start < len(piece):
+            parts.append(memoryview(piece)[start:])
+            size += len(piece) - start
+            if size > limit:
+                raise EngineError(f"an engine stream event is over {limit} bytes",
+                                  code="engine_protocol_error")
+    if parts:
+        last = _joined_payload(parts)
+        if last is not None:
+            yield last
 
 
-def _data_payload(buf: bytearray, start: int, end: int) -> bytes | None:
-    """The payload of the line ``buf[start:end]`` when it is a ``data:`` line."""
-    while start < end and buf[start] in b" \t\r":
-        start += 1
-    if not buf.startswith(b"data:", start):
+def _data_payload(line: bytes, start: int, end: int) -> bytes | None:
+    """The payload of the line ``line[start:end]`` when it is a ``data:`` line."""
+    start = _payload_start(line, start, end)
+    if start < 0:
         return None
-    start += 5
-    while start < end and buf[start] in b" \t":
-        start += 1
-    while end > start and buf[end - 1] in b" \t\r":
+    while end > start and line[end - 1] in b" \t\r":
         end -= 1
-    return bytes(buf[start:end])
+    return line[start:end]
+
+
+def _payload_start(line: bytes, start: int, end: int) -> int:
+    """Where the payload of the line ``line[start:end]`` starts (-1: not a ``data:``
+    line)."""
+    while start < end and line[start] in b" \t\r":
+        start += 1
+    if not line.startswith(b"data:", start, end):
+        return -1
+    start += 5
+    while start < end and line[start] in b" \t":
+        start += 1
+    return start
+
+
+_EDGE = 64
+"""Bytes at each end of a line read across pieces that :func:`_joined_payload` looks at
+for the prefix and the trailing blanks (a line with more blanks than that is joined
+whole first)."""
+
+
+def _joined_payload(parts: list[memoryview]) -> bytes | None:
+    """:func:`_data_payload` of the line made of ``parts``, joined once."""
+    total = sum(map(len, parts))
+    head = _edge(parts, front=True)
+    tail = _edge(parts, front=False)
+    if total <= 2 * _EDGE:
+        return _data_payload(b"".join(parts), 0, total)
+    blanks = len(head) - len(head.lstrip(b" \t\r"))
+    trail = len(tail) - len(tail.rstrip(b" \t\r"))
+    if blanks > _EDGE // 2 or trail == _EDGE:  # blanks over an edge: the plain way
+        return _data_payload(b"".join(parts), 0, total)
+    cut = _payload_start(head, 0, _EDGE)
+    if cut < 0:
+        return None
+    if cut == _EDGE:
+        return _data_payload(b"".join(parts), 0, total)
+    return b"".join(_trimmed(parts, cut, trail))
+
+
+def _edge(parts: list[memoryview], *, front: bool) -> bytes:
+    """The first (``front``) or last :data:`_EDGE` bytes of the line made of ``parts``."""
+    got: list[bytes] = []
+    need = _EDGE
+    for part in parts if front else reversed(parts):
+        take = part[:need] if front else part[max(0, len(part) - need):]
+        got.append(take.tobytes())
+        need -= len(take)
+        if need <= 0:
+            break
+    return b"".join(got if front else reversed(got))
+
+
+def _trimmed(parts: list[memoryview], lead: int, trail: int) -> list[memoryview]:
+    """``parts`` without their first ``lead`` and last ``trail`` bytes."""
+    out = list(parts)
+    while lead:
+        if len(out[0]) <= lead:
+            lead -= len(out.pop(0))
+        else:
+            out[0], lead = out[0][lead:], 0
+    while trail:
+        if len(out[-1]) <= trail:
+            trail -= len(out.pop())
+        else:
+            out[-1], trail = out[-1][:len(out[-1]) - trail], 0
+    return out
 
 
 # -- the stale keep-alive retry --------------------------------------------------------
@@ -283,7 +364,8 @@ class HttpTransport:
         :meth:`request` maps it. Never retried: a stream is not resent."""
         try:
             async with self.session().post(self.url + path, data=body,
-                                           headers=headers or JSON_HEADERS) as resp:
+                                           headers=headers or JSON_HEADERS,
+                                           read_bufsize=STREAM_READ_BUFSIZE) as resp:
                 yield resp
         except TimeoutError as exc:
             raise self.timed_out(path, self.timeout) from exc

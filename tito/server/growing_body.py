@@ -35,7 +35,10 @@ message it marked the turn before. With ``short=True`` the state is also matched
 the end of its *next-to-last* element (:attr:`GrowingBody.short`); then every element
 from the previous last one on is parsed as new (:attr:`Parsed.extended` is one less than
 the previous body's element count), so that rewrite costs one element's parse, not the
-whole body's.
+whole body's. When the previous array had one element (a Messages session's first body),
+that "next-to-last" end is the array's ``[``: the second body is parsed from there,
+all its elements as new (``extended`` 0), and with ``same_rest`` when the members after
+the array are the first body's (Claude Code's system prompt and tools: not parsed again).
 
 Pure: no I/O. The state is per session (:attr:`Session.api_state`); a body that does not
 extend it (a rollback, a rewritten history) is parsed whole and becomes the new state.
@@ -95,8 +98,8 @@ class GrowingBody:
     misses: int = 0
     """Bodies in a row that did not extend the state before this one."""
     short: int = 0
-    """The length of the body through the end of the array's next-to-last element (0:
-    none, or not found) ..."""
+    """The length of the body through the end of the array's next-to-last element, or
+    through its ``[`` when it has one element (0: not found) ..."""
     short_digest: int = 0
     """... and the xxh3-128 digest of those bytes."""
 
@@ -108,7 +111,8 @@ class Parsed:
     state: GrowingBody | None
     """For the next body (None: nothing to extend)."""
     extended: int
-    """How many leading elements were taken from the previous state (0: parsed whole)."""
+    """How many leading elements were taken from the previous state (0: parsed whole, or
+    from the array's ``[`` of a one-element previous array)."""
     same_rest: bool
     """Every member other than the array is byte for byte the previous body's."""
 
@@ -205,7 +209,7 @@ def _extend_from(body: bytes, prev: GrowingBody, short: bool) -> Parsed | None:
             parsed = _extend(body, prev, hasher)
             if parsed is not None:
                 return parsed
-    if short and 0 < prev.short < len(body) and len(prev.items) > 1:
+    if short and 0 < prev.short < len(body) and prev.items:
         hasher = xxh3_128(memoryview(body)[:prev.short])
         if hasher.intdigest() == prev.short_digest:
             return _extend(body, replace(prev, head=prev.short, digest=prev.short_digest,
@@ -235,7 +239,7 @@ def _head(body: bytes, length: int, prev: GrowingBody, hasher: Any, new: list[An
     if len(new) == 1:
         short, short_digest = prev.head, prev.digest
     else:
-        short = _before_last(body, prev.head, length, new[-1])
+        short = _before_last(body, prev.head, length, new[-1], opening=not prev.items)
         if short > 0:
             hasher.update(memoryview(body)[prev.head:short])
             short_digest = hasher.intdigest()
@@ -246,9 +250,11 @@ def _head(body: bytes, length: int, prev: GrowingBody, hasher: Any, new: list[An
     return length, hasher.intdigest(), short, short_digest
 
 
-def _before_last(body: bytes, start: int, end: int, last: Any) -> int:
+def _before_last(body: bytes, start: int, end: int, last: Any, *, opening: bool = False
+                 ) -> int:
     """The end of the element before the array's last one, which ends at ``end`` and is
-    ``last`` as parsed; ``start``: where an earlier element ends. 0 when not found.
+    ``last`` as parsed; ``start``: where an earlier element ends (``opening``: the
+    array's ``[``, its first element follows). 0 when not found.
 
     Written compactly (``orjson``, JavaScript's ``JSON.stringify``, httpx), the last
     element's bytes are its ``orjson`` serialization: a comparison finds it. Otherwise
@@ -263,6 +269,9 @@ def _before_last(body: bytes, start: int, end: int, last: Any) -> int:
     try:
         text = body[start:end].decode()
         i, first = _skip(text, 0), -1
+        if opening:  # the first element: no comma before it
+            _, i = _scan_value(text, i)
+            i = _skip(text, i)
         while i < len(text) and text[i] == ",":
             first = _skip(text, i + 1)
             _, i = _scan_value(text, first)
@@ -295,12 +304,13 @@ def _extend_same_rest(body: bytes, rest: bytes, close: int, prev: GrowingBody,
     first = 0
     while rest[first] in _WS_BYTES:
         first += 1
+    opening = not prev.items  # the head ends at the array's "[": no comma before
     if first == close:  # no new element
         new: list[Any] = []
         end = 0
-    elif rest[first] == _COMMA:
+    elif rest[first] == _COMMA or opening:
         try:  # the elements, their "]" included
-            new = orjson.loads(b"[" + rest[first + 1:close + 1])
+            new = orjson.loads(b"[" + rest[first + (not opening):close + 1])
         except orjson.JSONDecodeError:
             return None
         if not new:  # "[..., ]": a trailing comma
@@ -330,9 +340,11 @@ def _extend_scanned(body: bytes, raw: bytes, prev: GrowingBody, hasher: Any
     first = last = -1
     count = 0
     i = _skip(rest, 0)
+    comma = bool(prev.items)  # none before the first element when the head ends at "["
     try:
-        while rest[i] == ",":
-            start = _skip(rest, i + 1)
+        while rest[i] == "," if comma else rest[i] != "]":
+            start = _skip(rest, i + 1) if comma else i
+            comma = True
             _, last = _scan_value(rest, start)
             if first < 0:
                 first = start
@@ -420,19 +432,20 @@ def _establish_compact(body: bytes, key: str, data: dict[str, Any]) -> GrowingBo
         items = data[key]
         # the body ends with "]" + ("," + the members after it + "}", or "}")
         head = len(body) - 1 - (len(orjson.dumps(after)) if after else 1)
-        short = head - 1 - len(orjson.dumps(items[-1])) if len(items) > 1 else 0
+        # through the element before the last one and its comma, or through the "["
+        short = head - len(orjson.dumps(items[-1])) - (len(items) > 1)
     except TypeError:
         return None
     return GrowingBody(key, head, xxh3_128_intdigest(memoryview(body)[:head]), list(items),
                        {name: data[name] for name in names[:at]}, body[head + 1:],
                        dict(data), short=short,
-                       short_digest=xxh3_128_intdigest(memoryview(body)[:short]) if short else 0)
+                       short_digest=xxh3_128_intdigest(memoryview(body)[:short]))
 
 
 def _walk(text: str, key: str) -> tuple[list[str], int, int, int]:
     """(the member names of the object ``text`` in order, the end of the last element of
     its ``key`` array, the index after that array, the end of the element before the last
-    one (0: none)); ValueError if not an object."""
+    one (after the ``[`` when it has one)); ValueError if not an object."""
     names: list[str] = []
     head_end = tail_start = -1
     short_end = 0
@@ -463,10 +476,12 @@ def _walk(text: str, key: str) -> tuple[list[str], int, int, int]:
 
 
 def _array_end(text: str, i: int) -> tuple[int, int, int]:
-    """(end of the last element, end of the one before it (0: none), index after the
-    ``]``) of the array opening at ``i``, its elements delimited one by one."""
+    """(end of the last element, end of the one before it (after the ``[``: none),
+    index after the ``]``) of the array opening at ``i``, its elements delimited one by
+    one."""
     ends: list[int] = []
-    i = _skip(text, i + 1)
+    opened = i + 1
+    i = _skip(text, opened)
     if text[i] == "]":
         return i, 0, i + 1
     while True:
@@ -474,7 +489,7 @@ def _array_end(text: str, i: int) -> tuple[int, int, int]:
         ends.append(i)
         i = _skip(text, i)
         if text[i] == "]":
-            return ends[-1], ends[-2] if len(ends) > 1 else 0, i + 1
+            return ends[-1], ends[-2] if len(ends) > 1 else opened, i + 1
         if text[i] != ",":
             raise ValueError("expected , or ]")
         i = _skip(text, i + 1)

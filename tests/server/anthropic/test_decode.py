@@ -228,6 +228,38 @@ def test_a_tool_reference_renders_the_tool_as_declared(qwen3_renderer: TemplateR
         decode_messages(raw, qwen3_renderer, max_depth=64)
 
 
+@pytest.mark.parametrize("appended", [0, 2])
+@pytest.mark.parametrize("same_rest", [True, False])
+def test_a_second_body_reuses_the_first_one_s_system_and_tools(
+        qwen3_renderer: TemplateRenderer, appended: int, same_rest: bool) -> None:
+    """A session's first body has one message, which Claude Code sends back rewritten (its
+    ``cache_control`` marker moved on): the second body is matched to its messages'
+    ``[``, so with the same members after the array its system prompt and tools are the
+    first body's, decoded as whole either way."""
+    state = ApiState()
+    tools = [{"name": f"tool{k}", "description": TEXT, "input_schema": {
+        "type": "object", "properties": {"cmd": {"type": "string"}}}} for k in range(3)]
+    rest = {"system": [{"type": "text", "text": "be brief",
+                        "cache_control": {"type": "ephemeral"}}], "tools": tools}
+    first = [{"role": "user", "content": [{"type": "text", "text": "start",
+                                           "cache_control": {"type": "ephemeral"}}]}]
+    raw = body(first, **rest)
+    assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
+    previous: LastBody = state.messages_body
+    later = [{"role": "user", "content": [{"type": "text", "text": "start"}]},
+             assistant(0), tool_result(0)][:1 + appended]
+    later[-1] = {**later[-1], "content": [*later[-1]["content"][:-1], {
+        **later[-1]["content"][-1], "cache_control": {"type": "ephemeral"}}]}
+    raw = body(later, **(rest if same_rest else {**rest, "temperature": 0.5}))
+    assert incremental(raw, qwen3_renderer, state) == whole(raw, qwen3_renderer)
+    last: LastBody = state.messages_body
+    assert (last.rest is previous.rest) == same_rest
+    assert (last.request is previous.request) == same_rest
+    empty = body([], **rest)  # no message: the whole decode's error
+    assert incremental(empty, qwen3_renderer, state) == whole(empty, qwen3_renderer)
+    assert whole(empty, qwen3_renderer)[0] == "error"
+
+
 def test_a_moving_cache_control_marker_reconverts_only_the_last_message(
         qwen3_renderer: TemplateRenderer) -> None:
     """Claude Code marks its newest message with ``cache_control`` and unmarks the one it

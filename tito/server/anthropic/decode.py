@@ -23,7 +23,10 @@ parses, validates and converts only the messages that follow:
   last body's last message comes back rewritten: the body is matched up to the end of
   the last body's next-to-last message too (``short`` in
   :func:`~tito.server.growing_body.parse_growing`), and that message is converted again
-  (the state keeps where its chat messages start).
+  (the state keeps where its chat messages start). A session's first body has one
+  message, so its second is matched up to the messages array's ``[``: every message is
+  new, but when the members after the array (system prompt, tools) are byte for byte
+  the first body's, they are neither parsed nor validated again.
 
 The request comes back without its messages (the turn carries them, converted): nothing
 downstream reads them, and the state keeps no copy of them.
@@ -110,8 +113,10 @@ def decode_messages(body: bytes, renderer: TemplateRenderer, *, max_depth: int,
     parsed = decode_growing(body, "messages", None if last is None else last.parsed,
                             keep=state is not None, short=True)
     reused = parsed.extended if last is not None else 0  # every message of the last body
+    # (or all but its last; none when it had one, matched to the "[" with the same rest)
     extended = _extended(parsed.data, last, reused, parsed.same_rest, max_depth, renderer,
-                         hosted_tools) if reused and last is not None else None
+                         hosted_tools) if (reused or parsed.same_rest) and last is not None \
+        else None
     if extended is None:
         # the reused messages are placeholders in an extended parse: read the body whole
         data = decode_json(body) if reused else parsed.data
@@ -193,7 +198,8 @@ def _validated(data: Any, last: LastBody, reused: int, same_rest: bool, max_dept
     """(the request without messages, the models of the messages past the first
     ``reused``, which last body's were); None: validate it whole (which words the error,
     if any)."""
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list) \
+            or not data["messages"]:  # none: the whole validation words the error
         return None
     new = data["messages"][reused:]
     try:
