@@ -31,7 +31,6 @@ session's last body where it can), ``convert`` (request -> core turn, outcome ->
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -44,7 +43,7 @@ from tito.server.api import route_of
 from tito.server.api_state import ApiState, LastBodies
 from tito.server.errors import status_of
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import cancel_on_disconnect
+from tito.server.http import JsonReply, cancel_on_disconnect
 from tito.server.serving import (
     SSE_HEADERS,
     TurnStream,
@@ -57,6 +56,7 @@ from tito.server.unsupported import note_unenforced
 from tito.session import Session
 from tito.types.engine import SamplingParams
 from tito.types.errors import TitoError
+from tito.types.ids import random_hex
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
@@ -167,7 +167,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     core.links = links
     if params.json_schema is not None:  # a side request's sign (design §5.5)
         core.structured = True
-    response_id = adapter.id_prefix + os.urandom(16).hex()
+    response_id = adapter.id_prefix + random_hex(16)
 
     def reply(outcome: TurnOutcome) -> B:
         return adapter.reply(ctx, turn, outcome, response_id)
@@ -189,13 +189,13 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     body = await run_api_turn(gateway, request, session, raw, turn.turn, params,
                               offload=offload, response_id=response_id, build=reply)
     answered = body.get("id") if isinstance(body, dict) else None  # a replay: its own id
-    return Response(adapter.dump(body), media_type=JSON,
-                    headers={GENERATION_HEADER: str(answered or response_id)})
+    return JsonReply(adapter.dump(body), GENERATION_RAW, str(answered or response_id))
 
 
 GENERATION_HEADER = "x-miles-generation-id"
 """The reply's generation (its response id; a replayed answer keeps the first one's),
 as the reference framework names it."""
+GENERATION_RAW = GENERATION_HEADER.encode("latin-1")
 
 
 def session_params(state: ApiState, turn: ApiTurn[Any]) -> SamplingParams:
