@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 MATCHES_KEPT = 4096
 """Paths whose turn-route match the door remembers (then it starts over)."""
-_UNSEEN = object()
 
 
 class EntryMiddleware:
@@ -72,13 +71,14 @@ class EntryMiddleware:
         path every turn): the match depends on the path and the root path only, since
         every turn route takes POST."""
         key = (scope["path"], scope.get("root_path", ""))
-        found = self._matched.get(key, _UNSEEN)
-        if found is _UNSEEN:
+        if key in self._matched:
+            found = self._matched[key]
+        else:
             found = None
-            for route in self.turn_routes:
-                match, child_scope = route.matches(scope)
+            for candidate in self.turn_routes:
+                match, child_scope = candidate.matches(scope)
                 if match is Match.FULL:
-                    found = (route, child_scope["path_params"])
+                    found = (candidate, child_scope["path_params"])
                     break
             if len(self._matched) >= MATCHES_KEPT:
                 self._matched.clear()
