@@ -28,7 +28,6 @@ from tito.config import ServerConfig
 from tito.render.base import TemplateRenderer
 from tito.samples import decode_samples
 from tito.server.gateway import Gateway
-from tito.types import ids
 
 GOLDEN = Path(__file__).with_name("v1_golden.json")
 SCRIPTS = {"weather": weather_agent, "first_turn_retry": first_turn_retry,
@@ -46,17 +45,13 @@ def _ids_digest(ids: Any) -> str:
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every wall clock reads 1e9; every uuid4 and every ``os.urandom`` (the gateway's
-    response and request ids: one draw per id) is the next of one fixed sequence."""
+    response and request ids) is the next of one fixed sequence."""
     import time
 
     counter = itertools.count(1)
     monkeypatch.setattr(time, "time", lambda: 1e9)
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))
     monkeypatch.setattr(os, "urandom", lambda n: next(counter).to_bytes(n, "big"))
-    # the buffered ids (tito/types/ids.py) draw exactly what each id needs, from now on
-    monkeypatch.setattr(ids, "CHUNK", 0)
-    monkeypatch.setattr(ids, "_buffer", b"")
-    monkeypatch.setattr(ids, "_pos", 0)
 
 
 def make(renderer: TemplateRenderer, qwen3_dir: Path, self_check: dict[str, Any],

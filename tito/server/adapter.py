@@ -31,6 +31,7 @@ session's last body where it can), ``convert`` (request -> core turn, outcome ->
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -56,7 +57,6 @@ from tito.server.unsupported import note_unenforced
 from tito.session import Session
 from tito.types.engine import SamplingParams
 from tito.types.errors import TitoError
-from tito.types.ids import random_hex
 from tito.types.messages import Message, TurnRequest
 
 JSON = "application/json"
@@ -167,7 +167,7 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     core.links = links
     if params.json_schema is not None:  # a side request's sign (design §5.5)
         core.structured = True
-    response_id = adapter.id_prefix + random_hex(16)
+    response_id = adapter.id_prefix + os.urandom(16).hex()
 
     def reply(outcome: TurnOutcome) -> B:
         return adapter.reply(ctx, turn, outcome, response_id)

@@ -51,7 +51,6 @@ from tito.types.engine import (
 )
 from tito.types.errors import BadRequest, EngineError, Misdirected, WorkerUnavailable
 from tito.types.hooks import load_function
-from tito.types.ids import random_hex
 from tito.types.messages import ParsedCompletion, TurnRequest
 from tito.types.placement import worker_of
 from tito.types.records import TurnRecord
@@ -304,7 +303,7 @@ class Gateway:
                 raise BadRequest(f"the prompt has {len(plan.prompt_ids)} tokens, over "
                                  f"--max-prompt-tokens {self.config.max_prompt_tokens}",
                                  code="prompt_too_long")
-            rid = f"{session.session_id}_t{len(session.records):06d}_{random_hex(4)}"
+            rid = f"{session.session_id}_t{len(session.records):06d}_{os.urandom(4).hex()}"
             params = await self._sampling(params, len(plan.prompt_ids))
             replay = self.routing.request(plan)
             held = await self.control.wait_unpaused()
