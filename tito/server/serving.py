@@ -69,11 +69,12 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
         gateway.metrics.inc("idempotent_replays_total")
         return answer
     check_admission(session)  # a finished session replays its answers, runs no new turn
-    running = replies.start(retry)
+    loop = asyncio.get_running_loop()  # once for both (each lookup is a system call)
+    running = replies.start(retry, loop)
     try:
         outcome = await cancel_on_disconnect(
             request, gateway.run_turn(session, turn, params, offload=offload,
-                                      response_id=response_id))
+                                      response_id=response_id), loop)
         body = build(outcome)
     except BaseException as exc:
         replies.finish(retry, running, None, exc)
