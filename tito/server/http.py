@@ -135,8 +135,7 @@ answers sooner costs two dict operations, not a timer and a task: turns that can
 an SDK timeout are the long ones)."""
 
 
-async def cancel_on_disconnect(request: Request, work: Awaitable[T],
-                               loop: asyncio.AbstractEventLoop | None = None) -> T:
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise
     :class:`ClientDisconnect` (the work's own cancellation cleanup has run by then).
 
@@ -145,8 +144,7 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T],
     after the body yields only ``http.disconnect`` — sent when the client's connection
     closes.
     """
-    if loop is None:  # ``loop``: the running loop, when the caller has it
-        loop = asyncio.get_running_loop()  # once: each lookup is a getpid() system call
+    loop = asyncio.get_running_loop()  # once: each lookup is a getpid() system call
     watch = _DisconnectWatch(request, loop)
     pending = _pending_watches(loop)
     pending.add(watch, loop)

@@ -111,13 +111,10 @@ class TurnReplies:
                 return answer
         return None
 
-    def start(self, retry: RetryKey, loop: asyncio.AbstractEventLoop | None = None
-              ) -> asyncio.Future[Any]:
+    def start(self, retry: RetryKey) -> asyncio.Future[Any]:
         """The answer-to-be of a request about to run its turn (tracked until
-        :meth:`finish`, also when the session refuses it: a retry then runs anew).
-        ``loop``: the running loop, when the caller has it (in CPython 3.11 each lookup
-        is a ``getpid()`` system call)."""
-        future: asyncio.Future[Any] = (loop or asyncio.get_running_loop()).create_future()
+        :meth:`finish`, also when the session refuses it: a retry then runs anew)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.running.append((retry, future))
         if len(self.running) > (self.answered.maxlen or 0) and \
                 len(self.running) <= MAX_ANSWERED:

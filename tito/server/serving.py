@@ -69,12 +69,11 @@ async def run_api_turn(gateway: Gateway, request: Request, session: Session, raw
         gateway.metrics.inc("idempotent_replays_total")
         return answer
     check_admission(session)  # a finished session replays its answers, runs no new turn
-    loop = asyncio.get_running_loop()  # once for both (each lookup is a system call)
-    running = replies.start(retry, loop)
+    running = replies.start(retry)
     try:
         outcome = await cancel_on_disconnect(
             request, gateway.run_turn(session, turn, params, offload=offload,
-                                      response_id=response_id), loop)
+                                      response_id=response_id))
         body = build(outcome)
     except BaseException as exc:
         replies.finish(retry, running, None, exc)
