@@ -21,8 +21,9 @@ from tito.render.skeleton import Shape, Skeleton
 
 MemoKey = tuple[bytes, Shape, bool, bool]
 """(the slot, the shape of the appended messages, no stored last id, it is a stop id)."""
-MEMOS = 1024
-"""Entries a renderer keeps (then it starts over)."""
+MEMOS = 256
+"""Entries a renderer keeps (then it starts over). Each holds its slot, whose bytes
+carry the request's tool list (up to ~100 KB for a harness): a bound on that copy."""
 
 
 def bridge_skeleton(base_text: str, skeleton: Skeleton, drop: int, junction: str,
