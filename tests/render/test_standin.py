@@ -1,7 +1,8 @@
 """Bridge stand-ins (:mod:`tito.render.standin`) give exactly the bridge the template's
 own render of the real tool list and calls gives, for every family, over turns of an
 agent that calls tools; the stand-in is taken once a slot's checks agreed, and never
-where they differed."""
+where they differed. A trusted slot's bridge is then remembered as one skeleton
+(:mod:`tito.render.memo`), which gives the same bridge too."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tito.parse.hermes import HermesParser
 from tito.render import FAMILIES, TemplateRenderer
 from tito.render.base import FamilySpec
 from tito.render.families import ALIASES
+from tito.render.memo import BridgeMemo, bridge_skeleton
+from tito.render.skeleton import Skeleton
 from tito.render.standin import CHECKS, slot_of, standin_previous, standin_tools
 from tito.types.tokenizer import load_tokenizer
 
@@ -137,3 +140,61 @@ def test_the_standins() -> None:
     assert slot_of(p, a, TOOLS, None) != slot_of(p, a, TOOLS[:2], None)
     assert slot_of(p, a, TOOLS, None) != slot_of(p, [*a, {"role": "user", "content": "u"}],
                                                  TOOLS, None)
+
+
+# -- remembered bridges (tito/render/memo.py) ----------------------------------------
+def stored_ids(renderer: Any) -> list[int | None]:
+    other = next(i for i in range(100, 200) if i not in renderer.stop_ids)
+    return [renderer.primary_stop_id, other, None]
+
+
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - set(ALIASES)))
+def test_remembered_bridges_give_the_template_render(family: str) -> None:
+    renderer = renderer_of(family)
+    for stored in stored_ids(renderer):
+        for user in (False, True):
+            for k in range(CHECKS + 4):  # checked, trusted and remembered, then filled
+                previous = previous_of(k)
+                appended = appended_of(k, previous, user)
+                if not {m["role"] for m in appended} <= renderer.allowed_append_roles:
+                    continue
+
+                def bridge(standins: Any, prev: Any = previous, app: Any = appended,
+                           last: int | None = stored) -> Any:
+                    saved = renderer.standins
+                    renderer.standins = standins
+                    try:
+                        return renderer.bridge(prev, last, app, tools=TOOLS)
+                    except Exception as exc:
+                        return type(exc), str(exc)
+                    finally:
+                        renderer.standins = saved
+
+                assert bridge(renderer.standins) == bridge(None), (family, stored, user, k)
+
+
+def test_qwen3_fills_remembered_bridges() -> None:
+    """Guards the test above against passing with nothing remembered."""
+    renderer = renderer_of("qwen3")
+    for k in range(CHECKS + 3):
+        previous = previous_of(k)
+        fast, slow = both_ways(renderer, previous, appended_of(k, previous, False), TOOLS)
+        assert fast == slow
+    entries = [e for e in renderer.memo._entries.values() if e is not None]
+    assert entries and all(isinstance(e[1], Skeleton) for e in entries)
+
+
+def test_bridge_skeleton_refuses_what_it_cannot_give() -> None:
+    skeleton = Skeleton(("BASE<a>", "</a>"), (0,))
+    memo = bridge_skeleton("BASE", skeleton, 0, "J", ["x"], (0, "J<a>x</a>"))
+    assert memo is not None and memo.fill(["y"]) == "J<a>y</a>"
+    assert bridge_skeleton("OTHER", skeleton, 0, "J", ["x"], (0, "J<a>x</a>")) is None
+    assert bridge_skeleton("BASE", skeleton, 0, "J", ["x"], (1, "J<a>x</a>")) is None
+    assert bridge_skeleton("BASE", skeleton, 0, "J", ["x"], (0, "<a>x</a>")) is None
+
+
+def test_the_memo_is_bounded() -> None:
+    memo = BridgeMemo(size=2)
+    for i in range(5):
+        memo.put((b"%d" % i, (), False, True), None)
+        assert len(memo._entries) <= 2

@@ -213,3 +213,37 @@ async def test_turn_routes_keep_the_routers_answers_around_them(make_gateway: An
         ok = await http.post(f"/sessions/{sid}/v1/chat/completions",
                              json={"messages": [{"role": "user", "content": "hi"}]})
         assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("root_path", ["", "/prefix"])
+def test_remembered_turn_route_matches_are_the_routes_own(make_gateway: Any,
+                                                          root_path: str) -> None:
+    """The door remembers which turn route a path matched: first and later requests to a
+    path get the endpoint and path parameters ``Route.matches`` gives (a fresh dict each
+    time), and paths no turn route takes stay with the app."""
+    from starlette.routing import Match
+
+    from tito.server.app import create_app
+    from tito.server.entry import EntryMiddleware
+
+    app = create_app(make_gateway())
+    options = next(m for m in app.user_middleware if m.cls is EntryMiddleware).kwargs
+    door = EntryMiddleware(app, **options)
+    paths = [f"{root_path}/sessions/{sid}/v1/{tail}" for sid in ("abc", "s%20x", "0" * 32)
+             for tail in ("chat/completions", "messages", "messages/count_tokens",
+                          "responses", "chat/completions/", "models")]
+    paths += [f"{root_path}/sessions", f"{root_path}/health", "/other/sessions/a/v1/messages"]
+    for path in paths * 2:  # the second round is answered from what the door remembers
+        scope = {"type": "http", "method": "POST", "path": path, "root_path": root_path}
+        expected = next(((r, c) for r in options["turn_routes"]
+                         for m, c in [r.matches(dict(scope))] if m is Match.FULL), None)
+        route = door._turn_route(scope)
+        if expected is None:
+            assert route is None and "endpoint" not in scope, path
+            continue
+        assert route is expected[0], path
+        assert scope["endpoint"] is expected[1]["endpoint"]
+        assert scope["path_params"] == expected[1]["path_params"]
+        scope2 = {**scope, "path_params": {}}
+        door._turn_route(scope2)
+        assert scope2["path_params"] is not scope["path_params"]  # never shared

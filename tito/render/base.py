@@ -29,6 +29,7 @@ import orjson
 
 from tito.parse.base import api_finish_reason
 from tito.render.divergence import hints_for, text_divergence
+from tito.render.memo import BridgeMemo, MemoKey, bridge_skeleton
 from tito.render.skeleton import Shape, Skeleton, build_skeleton, shape_of
 from tito.render.standin import StandIns, slot_of, standin_previous, standin_tools
 from tito.render.template import render_template
@@ -184,6 +185,8 @@ class TemplateRenderer:
         self.standins: StandIns | None = StandIns()
         """Which bridge slots take the stand-in tools and calls
         (:mod:`tito.render.standin`); None: off (every bridge renders the real ones)."""
+        self.memo = BridgeMemo()
+        """Trusted slots' bridge texts as skeletons (:mod:`tito.render.memo`)."""
         custom = type(self).prepare_messages is not TemplateRenderer.prepare_messages
         self._keyed_fields = frozenset(f for f in ("name", "tool_call_id")
                                        if custom or f in template)
@@ -391,7 +394,7 @@ class TemplateRenderer:
         if standins is not None and self._base_cache is not None:
             slot = slot_of(previous, appended, tools, template_kwargs)
         if slot is not None and standins is not None and standins.trusted(slot):
-            fast = self._standin_text(previous, stored_last_id, appended, tools,
+            fast = self._trusted_text(slot, previous, stored_last_id, appended, tools,
                                       template_kwargs)
             if fast is not None:
                 return Bridge(drop=fast[0], ids=self.tokenizer.encode(fast[1]))
@@ -401,6 +404,46 @@ class TemplateRenderer:
             standins.record(slot, self._standin_text(
                 previous, stored_last_id, appended, tools, template_kwargs) == (drop, text))
         return Bridge(drop=drop, ids=self.tokenizer.encode(text))
+
+    def _trusted_text(self, slot: bytes, previous: Message | None, stored_last_id: int | None,
+                      appended: Sequence[Message], tools: list[dict[str, Any]] | None,
+                      template_kwargs: dict[str, Any] | None) -> tuple[int, str] | None:
+        """:meth:`_standin_text` of a trusted slot: one skeleton fill once the slot's
+        bridge is remembered (:mod:`tito.render.memo`)."""
+        shape = shape_of(appended, self._keyed_fields)
+        if shape is None:
+            return self._standin_text(previous, stored_last_id, appended, tools,
+                                      template_kwargs)
+        key = (slot, shape, stored_last_id is None, stored_last_id in self.stop_ids)
+        contents = [str(m["content"]) for m in appended]
+        entry = self.memo.get(key)
+        if entry is not None:
+            return entry[0], entry[1].fill(contents)
+        fast = self._standin_text(previous, stored_last_id, appended, tools, template_kwargs)
+        if fast is not None and key not in self.memo:
+            self._remember(key, standin_previous(previous), stored_last_id,
+                           standin_tools(tools), template_kwargs, contents, fast)
+        return fast
+
+    def _remember(self, key: MemoKey, previous: Message | None, stored_last_id: int | None,
+                  tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None,
+                  contents: list[str], fast: tuple[int, str]) -> None:
+        """Remember the bridge ``fast`` of the stand-ins ``previous`` and ``tools`` (once
+        its skeleton is built; None: this key has no memo)."""
+        base_key = self._base_key(previous, tools, template_kwargs)
+        if base_key is None or self._base_cache is None or self.skeletons is None:
+            self.memo.put(key, None)
+            return
+        base_text = self._base_cache.get(base_key)
+        if base_text is None or (base_key, key[1]) not in self.skeletons:
+            return  # not built yet: a later turn remembers it
+        skeleton = self.skeletons[(base_key, key[1])]
+        entry = None
+        if skeleton is not None:
+            drop, junction = self.junction(base_text, stored_last_id)
+            memo = bridge_skeleton(base_text, skeleton, drop, junction, contents, fast)
+            entry = None if memo is None else (drop, memo)
+        self.memo.put(key, entry)
 
     def _standin_text(self, previous: Message | None, stored_last_id: int | None,
                       appended: Sequence[Message], tools: list[dict[str, Any]] | None,

@@ -44,7 +44,7 @@ from tito.server.api import route_of
 from tito.server.api_state import ApiState, LastBodies
 from tito.server.errors import status_of
 from tito.server.gateway import Gateway, TurnOutcome
-from tito.server.http import cancel_on_disconnect
+from tito.server.http import JsonReply, cancel_on_disconnect
 from tito.server.serving import (
     SSE_HEADERS,
     TurnStream,
@@ -189,13 +189,13 @@ async def serve_turn(adapter: TurnAdapter[D, B], gateway: Gateway, request: Requ
     body = await run_api_turn(gateway, request, session, raw, turn.turn, params,
                               offload=offload, response_id=response_id, build=reply)
     answered = body.get("id") if isinstance(body, dict) else None  # a replay: its own id
-    return Response(adapter.dump(body), media_type=JSON,
-                    headers={GENERATION_HEADER: str(answered or response_id)})
+    return JsonReply(adapter.dump(body), GENERATION_RAW, str(answered or response_id))
 
 
 GENERATION_HEADER = "x-miles-generation-id"
 """The reply's generation (its response id; a replayed answer keeps the first one's),
 as the reference framework names it."""
+GENERATION_RAW = GENERATION_HEADER.encode("latin-1")
 
 
 def session_params(state: ApiState, turn: ApiTurn[Any]) -> SamplingParams:

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.routing import Match, Route
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from tito.server.gateway import Gateway
 
 
+MATCHES_KEPT = 4096
+"""Paths whose turn-route match the door remembers (then it starts over)."""
+
+
 class EntryMiddleware:
     def __init__(self, app: ASGIApp, *, gateway: Gateway,
                  api_of: Callable[[str], Api] = lambda path: DEFAULT_ERRORS,
@@ -35,6 +39,8 @@ class EntryMiddleware:
         self.api_of = api_of
         self.turn_routes = tuple(turn_routes)
         self.rules = AccessRules(gateway.config)
+        self._matched: dict[tuple[str, str], tuple[Route, dict[str, Any]] | None] = {}
+        """(path, root path) -> the turn route it matched and its path parameters."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,12 +49,10 @@ class EntryMiddleware:
         error = self.rules.refusal(scope)
         if error is None:
             if scope["method"] == "POST" and self.turn_routes:
-                for route in self.turn_routes:
-                    match, child_scope = route.matches(scope)
-                    if match is Match.FULL:
-                        scope.update(child_scope)
-                        await _answer(route, scope, receive, send)
-                        return
+                route = self._turn_route(scope)
+                if route is not None:
+                    await _answer(route, scope, receive, send)
+                    return
             await self.app(scope, receive, send)
             return
         api = self.api_of(scope["path"])
@@ -58,6 +62,35 @@ class EntryMiddleware:
             await login.login_response(scope)(scope, receive, send)
             return
         await api.error_response(error, status)(scope, receive, send)
+
+
+    def _turn_route(self, scope: Scope) -> Route | None:
+        """The first turn route that fully matches ``scope`` (its endpoint and path
+        parameters put in ``scope``, as the router does), or None. What
+        ``Route.matches`` found for a path is remembered (a session posts to the same
+        path every turn): the match depends on the path and the root path only, since
+        every turn route takes POST."""
+        key = (scope["path"], scope.get("root_path", ""))
+        if key in self._matched:
+            found = self._matched[key]
+        else:
+            found = None
+            for candidate in self.turn_routes:
+                match, child_scope = candidate.matches(scope)
+                if match is Match.FULL:
+                    found = (candidate, child_scope["path_params"])
+                    break
+            if len(self._matched) >= MATCHES_KEPT:
+                self._matched.clear()
+            self._matched[key] = found
+        if found is None:
+            return None
+        route, params = found
+        path_params = dict(scope.get("path_params", {}))
+        path_params.update(params)
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = path_params
+        return route
 
 
 async def _answer(route: Route, scope: Scope, receive: Receive, send: Send) -> None:

@@ -24,6 +24,23 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
                     media_type="application/json", headers=headers)
 
 
+class JsonReply(Response):
+    """A 200 JSON reply with one extra header: exactly Starlette's
+    ``Response(body, media_type="application/json", headers={name: value})`` (its bytes,
+    its headers in their order), built without the general header handling (every
+    unstreamed turn answers with one)."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, name: bytes, value: str) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = [(name, value.encode("latin-1")),
+                            (b"content-length", str(len(body)).encode("latin-1")),
+                            (b"content-type", b"application/json")]
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes (413) without buffering it all;
     :class:`ClientDisconnect` if the client goes away first.

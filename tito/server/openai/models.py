@@ -187,6 +187,40 @@ class _Envelope(ChatCompletionRequest):
 
 
 _MESSAGE = TypeAdapter(ChatMessage)
+_ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
+_TEXT_FIELDS = ("content", "name", "tool_call_id", "reasoning_content")
+
+
+def plain_message_ok(message: Any) -> bool:
+    """True only for a message :class:`ChatMessage` accepts, checked without pydantic:
+    a known role, text fields that are strings or null, no tool calls (other members are
+    kept unchecked, as the model keeps them). False: let the model decide (a list
+    content, tool calls, anything else)."""
+    if type(message) is not dict or message.get("tool_calls") is not None:
+        return False
+    role = message.get("role")
+    if type(role) is not str or role not in _ROLES:
+        return False
+    for name in _TEXT_FIELDS:
+        value = message.get(name)
+        if value is not None and type(value) is not str:
+            return False
+    return True
+
+
+def with_messages(request: _Envelope, messages: Any) -> _Envelope:
+    """``request.model_copy(update={"messages": messages})``, without the general
+    update handling (each turn that reuses a request's validated fields takes one)."""
+    if request.__pydantic_private__ is not None:
+        return request.model_copy(update={"messages": messages})
+    copied = type(request).__new__(type(request))
+    extra = request.__pydantic_extra__
+    object.__setattr__(copied, "__dict__", {**request.__dict__, "messages": messages})
+    object.__setattr__(copied, "__pydantic_extra__", None if extra is None else dict(extra))
+    object.__setattr__(copied, "__pydantic_fields_set__",
+                       request.__pydantic_fields_set__ | {"messages"})
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
 
 
 def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
@@ -231,10 +265,11 @@ def validate_chat(data: Any, stored: list[dict[str, Any]] | None = None, *,
                 else {**data, "messages": new}, max_depth)
     if new is not None:
         try:
-            request = same_as.model_copy(update={"messages": messages}) \
-                if reuse and same_as is not None else _Envelope.model_validate(data)
+            request = with_messages(same_as, messages) \
+                if reuse and isinstance(same_as, _Envelope) else _Envelope.model_validate(data)
             for message in new:
-                _MESSAGE.validate_python(message)
+                if not plain_message_ok(message):
+                    _MESSAGE.validate_python(message)
             return request, verified
         except ValidationError:
             pass  # the full validation below words the error
