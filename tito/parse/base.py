@@ -66,8 +66,11 @@ def ids_through(tokenizer: Tokenizer, output_ids: Sequence[int], marker: str, *,
         return marker in tokenizer.decode(ids[:n], skip_special_tokens=skip_special_tokens)
 
     marker_id = tokenizer.token_to_id(marker)
-    if marker_id is not None and marker_id in ids:
-        high = ids.index(marker_id)
+    try:  # one scan: where the marker's id is, if anywhere
+        high = -1 if marker_id is None else ids.index(marker_id)
+    except ValueError:
+        high = -1
+    if high >= 0:
         if not holds(high):
             return high + 1
     elif holds(len(ids)):

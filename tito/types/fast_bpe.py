@@ -365,7 +365,7 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
 
     def decode(ids: Sequence[int], skip_special: bool) -> str:
         seq = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        kept = list(filterfalse(special_ids.__contains__, seq)) if skip_special else seq
+        kept = _without(seq, special_ids) if skip_special else seq
         try:
             raw = encoding.decode_bytes(kept)
         except Exception:
@@ -373,6 +373,19 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
         return raw.decode("utf-8", errors="replace")
 
     return decode
+
+
+def _without(seq: list[int], special_ids: frozenset[int]) -> list[int]:
+    """``seq`` without the ids of ``special_ids``. A completion holds special ids at its
+    end only, if anywhere (its stop token): those are cut off, and the rest kept whole
+    when one C-level pass finds no special id in it (filtering calls a method per id)."""
+    end = len(seq)
+    while end and seq[end - 1] in special_ids:
+        end -= 1
+    head = seq[:end]
+    if special_ids.isdisjoint(head):
+        return head
+    return list(filterfalse(special_ids.__contains__, seq))
 
 
 def _decodes_alike(decode: Decode, backend: Any, encode: Encode, corpus: list[str]) -> bool:
