@@ -72,7 +72,8 @@ def defect(ids: list[Any], entries: list[Any], draw: Any) -> None:
     elif kind == "length":
         entries[i] = draw(st.sampled_from([entries[i][:1], [*entries[i], None, "x"], []]))
     elif kind == "shape":
-        entries[i] = draw(st.sampled_from(["ab", {"0": 1, "1": 2}, None, 7]))
+        entries[i] = draw(st.sampled_from(["ab", "abc", {"0": 1, "1": 2}, {"a": 1, "b": 2, "c": 3},
+                                          None, 7]))
     else:
         entries.pop()
 

@@ -74,14 +74,14 @@ def _ids(output_ids: list[Any], vocab_size: int | None) -> tuple[np.ndarray, byt
 def _logprobs(lp: list[Any], ids_blob: bytes) -> tuple[list[float], np.ndarray] | None:
     """(logprobs, stored logprobs) when every entry is ``[logprob, id(, text)]`` for its
     output id, with a float logprob that is finite and <= :data:`LOGPROB_TOLERANCE`."""
+    columns = _columns(lp)
+    if columns is None:
+        return None
+    values, tokens = columns
     try:
-        if not set(map(len, lp)) <= _ENTRY_LENGTHS:
-            return None
-        tokens = [entry[1] for entry in lp]
-        values = [entry[0] for entry in lp]
         if orjson.dumps(tokens) != ids_blob:  # the same integers, in the same order
             return None
-    except (TypeError, KeyError, IndexError):
+    except TypeError:
         return None
     if not set(map(type, values)) <= {float}:
         return None
@@ -91,3 +91,19 @@ def _logprobs(lp: list[Any], ids_blob: bytes) -> tuple[list[float], np.ndarray] 
     with np.errstate(over="ignore"):  # a float64 past float32's range: kept as float64
         narrow = wide.astype(LOGPROB_DTYPE)
     return values, (narrow if np.array_equal(narrow, wide) else wide)
+
+
+def _columns(lp: list[Any]) -> tuple[list[Any], list[Any]] | None:
+    """(logprobs, ids) of the entries when each is a list of 2 or 3 items (None: not).
+    SGLang's ``[logprob, id, text]`` triples are unpacked (two passes); other entries
+    are measured, then indexed."""
+    try:
+        return [v for v, _, _ in lp], [t for _, t, _ in lp]
+    except (TypeError, ValueError):
+        pass
+    try:
+        if not set(map(len, lp)) <= _ENTRY_LENGTHS:
+            return None
+        return [entry[0] for entry in lp], [entry[1] for entry in lp]
+    except (TypeError, KeyError, IndexError):
+        return None
