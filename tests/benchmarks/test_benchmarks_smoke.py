@@ -222,3 +222,11 @@ def test_family_bridge_tiny(tmp_path: Path) -> None:
     out = run_benchmark("family_bridge.py", "--rounds", "1", "--bridges", "2",
                         tmp_path=tmp_path, tokenizer=False)
     assert "family bridge" in out
+
+
+def test_reply_cpu_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("reply_cpu.py", "--tokens", "50", "--rounds", "1", "--repeat", "2",
+                        "--root", str(REPO), tmp_path=tmp_path)
+    assert "unstreamed reply" in out
+    for label in ("parse_generate_response/50", "reasoning_tokens/50", "first turn"):
+        assert label in out, label

@@ -5,13 +5,20 @@ reasoning; none without reasoning."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from helpers.support import tokenizer_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tito.parse.base import ids_through
 from tito.parse.harmony import HarmonyParser
+from tito.parse.hermes import HermesParser
 from tito.render import TemplateRenderer, build_renderer
 from tito.render.families import family_module
+from tito.types.fast_bpe import bytes_to_unicode
 from tito.types.tokenizer import load_tokenizer
 
 _CACHE: dict[str, TemplateRenderer] = {}
@@ -122,3 +129,44 @@ def test_harmony_counts_each_analysis_message() -> None:
     ids = tok.encode(analysis + call)
     assert parser.reasoning_tokens(ids, parser.parse(ids, "stop")) == \
         len(tok.encode(analysis))
+
+
+_FAST: dict[str, object] = {}
+
+
+def fast_qwen3() -> object:
+    """qwen3's tokenizer with its fast (byte-level) decoder built."""
+    if "qwen3" not in _FAST:
+        tok = load_tokenizer(tokenizer_dir("qwen3"))
+        thread = tok.start_fast_encoder()
+        assert thread is not None
+        thread.join()
+        assert tok.fast_decode is not None
+        _FAST["qwen3"] = tok
+    return _FAST["qwen3"]
+
+
+@pytest.mark.slow  # builds the fast codec (~1-2 s)
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_parsed_text_gives_what_decoding_gives(data: st.DataObject) -> None:
+    """``ids_through`` with the completion's text (what the Hermes parse keeps) against
+    decoding prefixes: the marker's id once or more, the marker also spelled out in
+    pieces, bytes of a split UTF-8 character just before it, special tokens, or neither;
+    and the Hermes parser's count through its kept text equals the count without it."""
+    tok: Any = fast_qwen3()
+    byte = bytes_to_unicode()
+    pieces = [tok.encode(t) for t in (" the", " fox", "\n", "<", "/", "think", ">", "</",
+                                      "think>", "é", "<think>", "</think>", "<|im_end|>",
+                                      "<|im_start|>")]
+    pieces += [[tok.token_to_id(byte[b])] for b in (0xE2, 0x82, 0xC3)]  # split UTF-8
+    ids = [i for part in data.draw(st.lists(st.sampled_from(pieces), max_size=24))
+           for i in part]
+    for skip in (True, False):
+        text = tok.decode(ids, skip_special_tokens=skip)
+        assert ids_through(tok, ids, "</think>", skip_special_tokens=skip, text=text) == \
+            ids_through(tok, ids, "</think>", skip_special_tokens=skip)
+    parser = HermesParser(tok)
+    parsed = parser.parse(ids, "stop")
+    assert parser.reasoning_tokens(ids, parsed) == parser.reasoning_tokens(
+        ids, replace(parsed, decoded=None))

@@ -34,3 +34,20 @@ def test_a_stop_with_no_output_ids_is_a_protocol_error() -> None:
 def test_other_finishes_may_have_no_output_ids(finish: FinishReason) -> None:
     out = check_output(GenerateResult([], [], finish), vocab_size=10)
     assert len(out.ids) == 0 and len(out.logprobs) == 0
+
+
+def test_a_parsed_reply_is_checked_against_the_gateway_vocabulary() -> None:
+    """A reply the client parsed without a vocabulary (its arrays already built) is still
+    refused when an id is past the gateway's, naming it; within it, the arrays are kept."""
+    from tito.engines.sglang_reply import parse_generate_response
+
+    def parsed(ids: list[int]) -> GenerateResult:
+        return parse_generate_response({"output_ids": ids, "meta_info": {
+            "finish_reason": {"type": "stop"},
+            "output_token_logprobs": [[-0.5, i, None] for i in ids]}}, rid="r")
+
+    result = parsed([3, 12, 4])
+    with pytest.raises(EngineError, match=r"output_ids\[1\] = 12 is outside the vocab"):
+        check_output(result, vocab_size=10)
+    result = parsed([3, 9, 4])
+    assert check_output(result, vocab_size=10) is result.checked

@@ -170,3 +170,39 @@ def test_plain_means_ascii_without_a_whitespace_run() -> None:
     assert _plain("the quick brown fox.\nIt ran: 3 times!\t(ok) \x00 ")
     for text in ("a  b", "a\n\nb", "a \nb", "a\t b", "end\r\n", "caf\u00e9", "a\u00a0b"):
         assert not _plain(text), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=20), st.integers(0, 3))
+def test_special_ids_are_dropped_as_a_filter_drops_them(ids: list[int], stops: int) -> None:
+    """The decoder's ``skip_special`` cut (trailing stop tokens off, the rest kept whole
+    when it holds none) gives what filtering every id gives: special ids anywhere, at the
+    end only, or none."""
+    from itertools import filterfalse
+
+    from tito.types.fast_bpe import _without
+
+    special = frozenset({7, 11, 12})
+    seq = [*ids, *[11] * stops]
+    assert _without(seq, special) == list(filterfalse(special.__contains__, seq))
+    clean = [i for i in seq if i not in special] + [7]
+    assert _without(clean, special) == clean[:-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ELIGIBLE)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_completions_ending_on_special_tokens_decode_as_the_original(
+        name: str, data: st.DataObject) -> None:
+    """Ordinary ids then special ones (a completion and its stop token), and specials
+    inside: the text with special tokens skipped is the original's."""
+    backend, fast = pair(name)
+    assert fast is not None and fast.decode is not None
+    special = [i for i, t in backend.get_added_tokens_decoder().items() if t.special]
+    ordinary = st.integers(0, backend.get_vocab_size(with_added_tokens=False) - 1)
+    ids = data.draw(st.lists(ordinary, max_size=24))
+    ids += data.draw(st.lists(st.sampled_from(special), max_size=2))
+    if data.draw(st.booleans()) and ids:
+        ids.insert(data.draw(st.integers(0, len(ids))), data.draw(st.sampled_from(special)))
+    assert fast.decode(ids, True) == backend.decode(ids, skip_special_tokens=True)

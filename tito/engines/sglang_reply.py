@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tito.engines.reply_bulk import MAX_TOKEN_ID, bulk_output
 from tito.types.engine import (
     LOGPROB_TOLERANCE,
     CheckedOutput,
@@ -30,9 +31,6 @@ from tito.types.records import IDS_DTYPE
 
 PROTOCOL_ERROR = "engine_protocol_error"
 """``code`` of an :class:`EngineError` raised because the engine's reply is malformed."""
-MAX_TOKEN_ID = int(np.iinfo(IDS_DTYPE).max)
-"""The largest token id the gateway stores (int32): a larger one is a protocol error
-even when the vocabulary size is not known."""
 
 
 def protocol_error(message: str) -> EngineError:
@@ -303,8 +301,14 @@ def parse_generate_response(data: Any, *, rid: str,
     reply = ReplyCheck(rid, vocab_size)
     meta = reply.meta(data)
     kind, matched = reply.finish(meta)
-    output_ids = reply.output_ids(data)
-    logprobs = reply.logprobs(meta, output_ids)
+    bulk = bulk_output(data.get("output_ids"), meta.get("output_token_logprobs"), vocab_size)
+    if bulk is None:  # the entry-by-entry checks name what is wrong
+        output_ids = reply.output_ids(data)
+        logprobs = reply.logprobs(meta, output_ids)
+        checked = CheckedOutput(np.array(output_ids, dtype=IDS_DTYPE),
+                                compact_logprobs(logprobs))
+    else:
+        output_ids, (logprobs, checked) = data["output_ids"], bulk
     return GenerateResult(
         output_ids=output_ids,
         logprobs=logprobs,
@@ -321,8 +325,7 @@ def parse_generate_response(data: Any, *, rid: str,
         e2e_latency=reply.e2e_latency(meta),
         spec_info=reply.spec_info(meta),
         finish_message=reply.finish_message(meta),
-        checked=CheckedOutput(np.array(output_ids, dtype=IDS_DTYPE),
-                              compact_logprobs(logprobs)),
+        checked=checked,
     )
 
 

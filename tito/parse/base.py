@@ -55,19 +55,27 @@ def api_finish_reason(engine_finish: str, has_tool_calls: bool) -> str:
 
 
 def ids_through(tokenizer: Tokenizer, output_ids: Sequence[int], marker: str, *,
-                skip_special_tokens: bool = False) -> int | None:
+                skip_special_tokens: bool = False, text: str | None = None) -> int | None:
     """How many of ``output_ids`` it takes for their text to hold ``marker``: the ids up to
     and including the one that completes its first occurrence (None: the text of all of
     them does not hold it). A marker that is one token is found by its id; one spelled
-    out in pieces by a binary search over decoded prefixes (a few decodes)."""
+    out in pieces by a binary search over decoded prefixes (a few decodes). ``text``: the
+    text of all of ``output_ids`` (decoded with the same ``skip_special_tokens``), when
+    the caller has it: :func:`_only_occurrence` may then spare the decodes."""
     ids = list(output_ids)
 
     def holds(n: int) -> bool:
         return marker in tokenizer.decode(ids[:n], skip_special_tokens=skip_special_tokens)
 
     marker_id = tokenizer.token_to_id(marker)
-    if marker_id is not None and marker_id in ids:
-        high = ids.index(marker_id)
+    try:  # one scan: where the marker's id is, if anywhere
+        high = -1 if marker_id is None else ids.index(marker_id)
+    except ValueError:
+        high = -1
+    if high >= 0:
+        if text is not None and _only_occurrence(tokenizer, marker, marker_id, text,
+                                                 skip_special_tokens):
+            return high + 1
         if not holds(high):
             return high + 1
     elif holds(len(ids)):
@@ -79,3 +87,19 @@ def ids_through(tokenizer: Tokenizer, output_ids: Sequence[int], marker: str, *,
         mid = (low + high) // 2
         low, high = (low, mid) if holds(mid) else (mid, high)
     return high
+
+
+def _only_occurrence(tokenizer: Tokenizer, marker: str, marker_id: int | None, text: str,
+                     skip_special_tokens: bool) -> bool:
+    """Whether the ids before the marker's first id cannot hold ``marker`` (then
+    :func:`ids_through` is that id's position + 1), read from ``text``, the text of all
+    the ids, instead of decoding them: true when ``text`` holds ``marker`` once and the
+    decoder is byte-level (the fast decoder, checked equal to the original). Its text is
+    the ids' bytes, joined, as UTF-8 with replacement characters, where an ASCII byte
+    always stands for itself: an ASCII ``marker`` in the text of the ids before the
+    marker's id would be a second occurrence in ``text``, besides the marker id's own
+    (kept: its text is ``marker``, decoded with the same setting)."""
+    return (marker_id is not None and tokenizer.fast_decode is not None
+            and marker.isascii() and text.count(marker) == 1
+            and tokenizer.decode([marker_id], skip_special_tokens=skip_special_tokens)
+            == marker)

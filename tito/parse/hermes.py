@@ -70,6 +70,7 @@ class HermesParser:
             reasoning_content=reasoning,
             tool_calls=calls,
             finish_reason=api_finish_reason(engine_finish, bool(calls)),
+            decoded=(output_ids, len(output_ids), text),
         )
 
     def reasoning_tokens(self, output_ids: Sequence[int], parsed: ParsedCompletion) -> int:
@@ -77,5 +78,9 @@ class HermesParser:
         when the completion was cut inside the block)."""
         if parsed.reasoning_content is None:
             return 0
-        end = ids_through(self.tokenizer, output_ids, "</think>", skip_special_tokens=True)
+        decoded = parsed.decoded
+        text = decoded[2] if decoded is not None and decoded[0] is output_ids and \
+            decoded[1] == len(output_ids) else None
+        end = ids_through(self.tokenizer, output_ids, "</think>", skip_special_tokens=True,
+                          text=text)
         return len(output_ids) if end is None else end

@@ -310,7 +310,7 @@ def check_output(result: GenerateResult, vocab_size: int) -> CheckedOutput:
                         "token the engine generated, which output_ids must include)")
     checked = result.checked
     if checked is not None and len(checked.ids) == len(ids):
-        if ids and max(ids) >= vocab_size:
+        if len(ids) and int(checked.ids.max()) >= vocab_size:  # the same ids, as int32
             raise _protocol(_first_bad_id(ids, vocab_size))
         return checked
     if not _ids_ok(ids, vocab_size):

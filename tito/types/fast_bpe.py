@@ -42,6 +42,8 @@ from typing import Any
 
 import orjson
 
+from tito.types.piece_cache import LONG_PIECE, RepeatedPieces
+
 log = logging.getLogger("tito.tokenizer")
 
 Encode = Callable[[str], list[int]]
@@ -300,34 +302,48 @@ def _encoder(encoding: Any, added: dict[str, int], *, nfc: bool, plain: Any = No
              ) -> Encode:
     """Added tokens matched by :func:`added_token_splitter`, the text between them encoded
     by ``tiktoken`` as ordinary text (what ``encode(allowed_special=...)`` does), by
-    ``plain`` (:func:`_plain_encoding`) when the text allows; short pieces from a bounded
-    cache."""
+    ``plain`` (:func:`_plain_encoding`) when the text allows (:func:`_pieces`)."""
     split = added_token_splitter(added)
-    ordinary = _ordinary(encoding, plain)
-    short: dict[str, list[int]] = {}  # never handed out: callers get copies
+    piece = _pieces(_ordinary(encoding, plain))
 
     def encode(text: str) -> list[int]:
         if nfc:
             text = unicodedata.normalize("NFC", text)
         parts = split(text)  # [text, added, text, added, ..., text]
         if len(parts) == 1:
-            return ordinary(text)
+            return list(piece(text))
         ids: list[int] = []
         for i, part in enumerate(parts):
             if i & 1:
                 ids.append(added[part])
-            elif len(part) > SHORT_PIECE:
-                ids += ordinary(part)
             elif part:
-                known = short.get(part)
-                if known is None:
-                    known = ordinary(part)
-                    if len(short) < SHORT_PIECES_KEPT:
-                        short[part] = known
-                ids += known
+                ids += piece(part)
         return ids
 
     return encode
+
+
+def _pieces(ordinary: Encode) -> Encode:
+    """The ids of a piece of ordinary text (not to be kept or changed: callers copy them):
+    short pieces from a bounded table, long ones that come back from
+    :class:`~tito.types.piece_cache.RepeatedPieces`."""
+    repeated = RepeatedPieces(ordinary)
+    short: dict[str, list[int]] = {}
+
+    def piece(part: str) -> list[int]:
+        size = len(part)
+        if size >= LONG_PIECE:
+            return repeated(part)
+        if size > SHORT_PIECE:
+            return ordinary(part)
+        known = short.get(part)
+        if known is None:
+            known = ordinary(part)
+            if len(short) < SHORT_PIECES_KEPT:
+                short[part] = known
+        return known
+
+    return piece
 
 
 def _checked_decoder(encoding: Any, backend: Any, decoder: dict[str, Any], encode: Encode,
@@ -349,7 +365,7 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
 
     def decode(ids: Sequence[int], skip_special: bool) -> str:
         seq = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        kept = list(filterfalse(special_ids.__contains__, seq)) if skip_special else seq
+        kept = _without(seq, special_ids) if skip_special else seq
         try:
             raw = encoding.decode_bytes(kept)
         except Exception:
@@ -357,6 +373,19 @@ def _decoder(encoding: Any, backend: Any, special_ids: frozenset[int]) -> Decode
         return raw.decode("utf-8", errors="replace")
 
     return decode
+
+
+def _without(seq: list[int], special_ids: frozenset[int]) -> list[int]:
+    """``seq`` without the ids of ``special_ids``. A completion holds special ids at its
+    end only, if anywhere (its stop token): those are cut off, and the rest kept whole
+    when one C-level pass finds no special id in it (filtering calls a method per id)."""
+    end = len(seq)
+    while end and seq[end - 1] in special_ids:
+        end -= 1
+    head = seq[:end]
+    if special_ids.isdisjoint(head):
+        return head
+    return list(filterfalse(special_ids.__contains__, seq))
 
 
 def _decodes_alike(decode: Decode, backend: Any, encode: Encode, corpus: list[str]) -> bool:

@@ -97,6 +97,11 @@ class ParsedCompletion:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str = "stop"
     """The API finish reason: ``stop``, ``tool_calls``, ``length`` or ``abort``."""
+    decoded: tuple[Sequence[int], int, str] | None = field(default=None, repr=False,
+                                                           compare=False)
+    """(the ids, their count, their text) the parser decoded, when it keeps them: a
+    later count over the same ids (reasoning tokens) reads the text instead of decoding
+    again. Not part of the message."""
 
     def to_message(self) -> Message:
         message: Message = {"role": "assistant", "content": self.content}
