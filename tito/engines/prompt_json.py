@@ -97,7 +97,7 @@ class PromptJson:
         arr = np.ascontiguousarray(ids, dtype=IDS_DTYPE)
         if key is None:
             return b"".join((head, orjson.dumps(arr, option=_NUMPY), rest))
-        raw = memoryview(arr).cast("B")  # the ids' bytes, not copied
+        raw = arr.data.cast("B")  # the ids' bytes, not copied
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._size -= len(entry[0]) + len(entry[1])
