@@ -113,3 +113,24 @@ def test_any_sequence_of_prompts_gives_exact_text(
         assert cache.ids_json(str(session), prompt) == text_of(prompt)
         last[session] = prompt
     assert cache.nbytes <= 300
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 8), st.integers(0, 6),
+                          st.booleans()), max_size=12))
+def test_numpy_views_of_a_shared_buffer_give_exact_text(
+        steps: list[tuple[int, int, int, bool]]) -> None:
+    """The ids compared and appended from the array's own memory (no copy of its bytes):
+    prompts that are views of one buffer (as a session's snapshot storage is), strided
+    views, prompts shorter than the stored one, and the buffer written over in place
+    between two turns (a rollback's truncate and extend) all give orjson's text."""
+    storage = np.arange(1, 257, dtype=np.int32)
+    cache = PromptJson()
+    last = {0: 0, 1: 0}
+    for i, (session, keep, new, strided) in enumerate(steps):
+        end = min(last[session], keep) + new
+        if keep < last[session]:  # rolled back: the ids past ``end - new`` are rewritten
+            storage[end - new:end] += 1000 + i
+        prompt = storage[: 2 * end : 2] if strided else storage[:end]
+        assert cache.ids_json(str(session), prompt) == text_of(prompt.tolist())
+        last[session] = end

@@ -369,3 +369,57 @@ def test_v1_still_rolls_back_a_retry_with_other_tools(renderer: TemplateRenderer
     with_tools(s, [U1], {"role": "assistant", "content": "hello"}, [TOOL, OTHER])
     assert len(s.records) == 1 and s.tools == [TOOL, OTHER]
     assert s.records[0].request["divergence"]["discarded"] == 1
+
+
+def _scripted_prompts(renderer: TemplateRenderer) -> tuple[list[list[int]], list[bool], tuple]:
+    """Every plan's prompt over a script of turns that extend, fail (released), roll
+    back, grow the snapshot and go on after a replay from the records; and whether each
+    prompt was a view of the session's snapshot storage."""
+    s = LinearSession("s", renderer, strict)
+    prompts: list[list[int]] = []
+    shared: list[bool] = []
+
+    def plan_and(messages: list[dict], reply: dict | None) -> dict | None:
+        plan = s.plan(TurnRequest(messages=messages))
+        prompts.append(plan.prompt_ids.tolist())
+        shared.append(bool(np.shares_memory(plan.prompt_ids, s.snapshot.storage)))
+        if reply is None:  # the engine failed
+            s.release(plan)
+            return None
+        before = plan.prompt_ids.copy()
+        out = renderer.render_completion(reply)
+        result = GenerateResult(output_ids=out, logprobs=[-0.5] * len(out),
+                                finish_reason="stop")
+        message = renderer.parse(out, "stop").to_message()
+        s.commit(plan, result, check_output(result, renderer.tokenizer.vocab_size), message)
+        assert plan.prompt_ids.tolist() == before.tolist()  # the commit kept its values
+        return message
+
+    messages: list[dict] = [U1]
+    for k in range(10):
+        if k in (3, 7):  # a failed turn, then the same position with other messages
+            plan_and([*messages, {"role": "user", "content": "lost " * (k + 1)}], None)
+        messages.append(plan_and(messages, {"role": "assistant", "content": f"a{k} " * 30}))
+        messages.append({"role": "user", "content": f"more {k} " * (k + 1)})
+        if k == 5:  # a retry of the last turn: rolled back
+            messages = [*messages[:-3], {"role": "user", "content": "again"}]
+    replayed = LinearSession("s", renderer, strict)
+    replayed.records, replayed.messages = s.records, s.messages
+    replayed.checkpoint_ends = s.checkpoint_ends
+    replayed.rebuild_snapshot()
+    s = replayed
+    messages.append(plan_and(messages, {"role": "assistant", "content": "after the replay"}))
+    return prompts, shared, state(s)
+
+
+def test_prompts_built_in_the_snapshot_room_equal_the_concatenated_ones(
+        renderer: TemplateRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path (the bridge written past the snapshot's ids, the prompt a view)
+    against the slow one (a new array a turn): the same prompts and the same session."""
+    fast, shared, fast_state = _scripted_prompts(renderer)
+    assert sum(shared) >= 8  # the fast path ran (the first turn and a rollback do not)
+    monkeypatch.setattr("tito.session.idbuffer.IdBuffer.followed_by", lambda self, ids: None)
+    slow, slow_shared, slow_state = _scripted_prompts(renderer)
+    assert not any(slow_shared)
+    assert fast == slow
+    assert fast_state == slow_state

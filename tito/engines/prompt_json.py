@@ -97,7 +97,7 @@ class PromptJson:
         arr = np.ascontiguousarray(ids, dtype=IDS_DTYPE)
         if key is None:
             return b"".join((head, orjson.dumps(arr, option=_NUMPY), rest))
-        raw = arr.tobytes()
+        raw = arr.data.cast("B")  # the ids' bytes, not copied
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._size -= len(entry[0]) + len(entry[1])
@@ -118,16 +118,17 @@ class PromptJson:
         return body
 
     @staticmethod
-    def _extend(entry: tuple[bytearray, bytearray], arr: np.ndarray, raw: bytes) -> bool:
+    def _extend(entry: tuple[bytearray, bytearray], arr: np.ndarray, raw: memoryview) -> bool:
         """Grow the entry in place to ``arr`` when ``arr`` starts with its ids (the
         buffers grow with slack, as lists do: no new copy of the whole prompt a turn)."""
         prev_raw, text = entry
-        if not prev_raw or not raw.startswith(prev_raw):
+        # one memcmp (bytearray == buffer), not a copy of the whole prompt's bytes
+        if not prev_raw or len(raw) < len(prev_raw) or prev_raw != raw[: len(prev_raw)]:
             return False
         tail = arr[len(prev_raw) // arr.itemsize :]
         if len(tail):
             # "[1,2" + "," + "3,4]": the text without its "]", the tail's without "["
-            prev_raw += memoryview(raw)[len(prev_raw):]
+            prev_raw += raw[len(prev_raw):]
             text[-1:] = b","
             text += memoryview(orjson.dumps(tail, option=_NUMPY))[1:]
         return True

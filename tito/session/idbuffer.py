@@ -41,6 +41,18 @@ class IdBuffer:
             raise ValueError(f"cannot truncate {self._len} ids to {length}")
         self._len = length
 
+    def followed_by(self, ids: np.ndarray) -> np.ndarray | None:
+        """The ids, then ``ids``, as a view of the storage: ``ids`` are written in the
+        room past the ids, which stay as they are (so does the length); None when the room
+        is too small. The view keeps its values until the buffer is truncated below its
+        end and extended, or extended with other ids, or asked again (each call writes
+        over the room)."""
+        end = self._len + len(ids)
+        if end > len(self._data):
+            return None
+        self._data[self._len : end] = ids
+        return self._data[:end]
+
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` ids: after this, truncating and extending up to that
         length cannot fail (the only allocation happens here)."""

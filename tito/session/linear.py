@@ -167,7 +167,7 @@ class LinearSession(SessionBase):
         base = snapshot_ids(self.records[: target + 1]) if rolled_back else self.snapshot.view()
         return extension(self.renderer, request, base, self.messages[keep_messages - 1],
                          keep_records=target + 1, keep_messages=keep_messages,
-                         rolled_back=rolled_back)
+                         rolled_back=rolled_back, room=None if rolled_back else self.snapshot)
 
     # -- commit / release ----------------------------------------------------------------
     def release(self, plan: TurnPlan | None = None, *,

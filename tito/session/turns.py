@@ -167,17 +167,36 @@ def first_turn(renderer: TemplateRenderer, request: TurnRequest, *, rolled_back:
 
 def extension(renderer: TemplateRenderer, request: TurnRequest, base: np.ndarray,
               previous: Message, *, keep_records: int, keep_messages: int,
-              rolled_back: int = 0, parent: int | None = None) -> TurnPlan:
+              rolled_back: int = 0, parent: int | None = None,
+              room: IdBuffer | None = None) -> TurnPlan:
     """The plan of a turn that extends a stored path: its snapshot ``base`` bit for bit
-    (minus a declared trailing trim), then the bridge of the appended messages."""
+    (minus a declared trailing trim), then the bridge of the appended messages.
+    ``room``: the buffer ``base`` is the whole view of, when the prompt may be built in
+    its spare room (:func:`joined_prompt`)."""
     bridge = renderer.bridge(
         previous, int(base[-1]) if len(base) else None, request.messages[keep_messages:],
         tools=request.tools, template_kwargs=request.template_kwargs,
     )
     bridge_ids = np.asarray(bridge.ids, dtype=IDS_DTYPE)
-    prompt = np.concatenate([base[: len(base) - bridge.drop], bridge_ids])
+    prompt = joined_prompt(base, bridge.drop, bridge_ids, room)
     return TurnPlan(request, keep_records, keep_messages, bridge.drop, bridge_ids, prompt,
                     rolled_back, parent)
+
+
+def joined_prompt(base: np.ndarray, drop: int, bridge_ids: np.ndarray,
+                  room: IdBuffer | None) -> np.ndarray:
+    """``base`` less its last ``drop`` ids, then ``bridge_ids``. With ``room`` (``base`` is
+    its whole view) and no drop, the bridge is written in the buffer's spare room and the
+    prompt is a view (no copy of the stored prefix a turn): the buffer's ids are
+    unchanged, and the commit that extends it in place writes the same bridge there.
+    Only for a buffer no other turn reads or writes while this one runs (a claimed v1
+    session's snapshot)."""
+    if room is not None and drop == 0:
+        assert len(room) == len(base), "room is the buffer base views"
+        prompt = room.followed_by(bridge_ids)
+        if prompt is not None:
+            return prompt
+    return np.concatenate([base[: len(base) - drop], bridge_ids])
 
 
 def replay_start(plan: TurnPlan) -> int:
