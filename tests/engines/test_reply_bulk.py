@@ -34,8 +34,10 @@ def reply(ids: list[Any], entries: list[Any]) -> dict[str, Any]:
 
 
 def outcome(data: dict[str, Any], vocab: int | None) -> tuple[Any, ...]:
+    """The parse's result, every reply through the bulk check (whatever its length)."""
     try:
-        r = parse_generate_response(data, rid="r", vocab_size=vocab)
+        with mock.patch.object(sglang_reply, "BULK_MIN_IDS", 0):
+            r = parse_generate_response(data, rid="r", vocab_size=vocab)
     except TitoError as exc:
         return ("error", type(exc).__name__, str(exc), exc.code)
     assert r.checked is not None
@@ -112,3 +114,19 @@ def test_odd_values_leave_it_to_the_entry_checks() -> None:
     for odd in ODD_LOGPROBS:
         if odd not in (1e-6, -0.0, -1e308):  # finite floats within the bound pass
             assert bulk_output([1], [[odd, 1]], VOCAB) is None
+
+
+def test_short_replies_are_checked_entry_by_entry_long_ones_in_bulk() -> None:
+    calls: list[int] = []
+
+    def spy(ids: Any, entries: Any, vocab: int | None) -> Any:
+        calls.append(len(ids))
+        return bulk_output(ids, entries, vocab)
+
+    with mock.patch.object(sglang_reply, "bulk_output", spy):
+        for n in (1, sglang_reply.BULK_MIN_IDS - 1, sglang_reply.BULK_MIN_IDS):
+            ids = [7] * n
+            parse_generate_response(reply(ids, [[-0.5, 7, None]] * n), rid="r",
+                                    vocab_size=VOCAB)
+    assert calls == [sglang_reply.BULK_MIN_IDS]
+

@@ -31,6 +31,11 @@ from tito.types.records import IDS_DTYPE
 
 PROTOCOL_ERROR = "engine_protocol_error"
 """``code`` of an :class:`EngineError` raised because the engine's reply is malformed."""
+BULK_MIN_IDS = 128
+"""Replies with at least this many output ids are checked in bulk
+(:func:`~tito.engines.reply_bulk.bulk_output`); shorter ones entry by entry, where numpy's
+cost per call is more than the passes it saves (a 16-id reply: 16.4 µs bulk, 10.9 entry by
+entry; 64 ids: 21.9 / 19.7; 128: 27.4 / 31.8; 512: 63.1 / 102.7)."""
 
 
 def protocol_error(message: str) -> EngineError:
@@ -301,7 +306,9 @@ def parse_generate_response(data: Any, *, rid: str,
     reply = ReplyCheck(rid, vocab_size)
     meta = reply.meta(data)
     kind, matched = reply.finish(meta)
-    bulk = bulk_output(data.get("output_ids"), meta.get("output_token_logprobs"), vocab_size)
+    ids = data.get("output_ids")
+    bulk = bulk_output(ids, meta.get("output_token_logprobs"), vocab_size) \
+        if isinstance(ids, list) and len(ids) >= BULK_MIN_IDS else None
     if bulk is None:  # the entry-by-entry checks name what is wrong
         output_ids = reply.output_ids(data)
         logprobs = reply.logprobs(meta, output_ids)
