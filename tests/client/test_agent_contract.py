@@ -16,6 +16,8 @@ from openai import AsyncOpenAI
 from tito.client.agent import generate
 from tito.client.tracer import SessionTracer
 
+pytestmark = pytest.mark.slow  # real gateway and mock processes (fast tier under a minute)
+
 PROMPT = [{"role": "user", "content": "SAY hello there"}]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,7 @@ def defect(ids: list[Any], entries: list[Any], draw: Any) -> None:
         entries.pop()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(data=st.data())
 def test_bulk_parse_equals_entry_by_entry(data: st.DataObject) -> None:
     n = data.draw(st.integers(0, 40))

@@ -23,6 +23,8 @@ from tito.integrations import miles
 from tito.samples import Sample
 from tito.server.openai.models import ChatCompletionRequest
 
+pytestmark = pytest.mark.slow  # real gateway and mock processes (fast tier under a minute)
+
 SAMPLING = {"max_new_tokens": 48, "temperature": 0.0, "skip_special_tokens": False,
             "no_stop_trim": True, "sampling_seed": 7, "top_k": None}
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from helpers.support import tokenizer_dir
+from helpers.support import examples, tokenizer_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,7 +147,7 @@ def fast_qwen3() -> object:
 
 
 @pytest.mark.slow  # builds the fast codec (~1-2 s)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_the_parsed_text_gives_what_decoding_gives(data: st.DataObject) -> None:
     """``ids_through`` with the completion's text (what the Hermes parse keeps) against

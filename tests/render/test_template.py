@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ JSON_VALUES = st.recursive(
     max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(value=JSON_VALUES, ensure_ascii=st.booleans(), sort_keys=st.booleans(),
        indent=st.sampled_from([None, 2]),
        separators=st.sampled_from([None, (",", ":"), [", ", ": "]]))

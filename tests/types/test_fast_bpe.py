@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import tokenizers
-from helpers.support import tokenizer_dir
+from helpers.support import examples, tokenizer_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +39,7 @@ TEXT = st.lists(st.one_of(st.text(max_size=20), PIECES), max_size=12).map("".joi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ELIGIBLE)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=TEXT)
 def test_fast_ids_equal_the_original(name: str, text: str) -> None:
     """300 random texts per fixture."""
@@ -50,7 +50,7 @@ def test_fast_ids_equal_the_original(name: str, text: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ELIGIBLE)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_fast_text_equals_the_original(name: str, data: st.DataObject) -> None:
     """300 random id runs per fixture: any id of the vocabulary (so byte tokens that cut
@@ -115,7 +115,7 @@ def test_added_tokens_split_leftmost_longest() -> None:
     assert added_token_splitter([])("<a>") == ["<a>"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(alphabet="<>|ab", min_size=1, max_size=5), min_size=1, max_size=6),
        st.text(alphabet="<>|abc", max_size=30))
 def test_added_token_splitter_matches_the_reference(tokens: list[str], text: str) -> None:
@@ -148,7 +148,7 @@ def plain_of(name: str) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ELIGIBLE)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=PLAIN_TEXT)
 def test_plain_texts_encode_alike_without_the_lookahead(name: str, text: str) -> None:
     """The lookahead-free encoding is used only where it gives the full pattern's ids; the
@@ -172,7 +172,7 @@ def test_plain_means_ascii_without_a_whitespace_run() -> None:
         assert not _plain(text), text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 12), max_size=20), st.integers(0, 3))
 def test_special_ids_are_dropped_as_a_filter_drops_them(ids: list[int], stops: int) -> None:
     """The decoder's ``skip_special`` cut (trailing stop tokens off, the rest kept whole
@@ -191,7 +191,7 @@ def test_special_ids_are_dropped_as_a_filter_drops_them(ids: list[int], stops: i
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ELIGIBLE)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data())
 def test_completions_ending_on_special_tokens_decode_as_the_original(
         name: str, data: st.DataObject) -> None:

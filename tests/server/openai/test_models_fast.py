@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers.support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -41,7 +42,7 @@ def pydantic_accepts(message: Any) -> bool:
     return True
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(MESSAGES)
 def test_plain_message_ok_only_says_yes_to_what_pydantic_accepts(message: dict[str, Any]
                                                                   ) -> None:
