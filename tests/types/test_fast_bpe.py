@@ -206,3 +206,16 @@ def test_completions_ending_on_special_tokens_decode_as_the_original(
     if data.draw(st.booleans()) and ids:
         ids.insert(data.draw(st.integers(0, len(ids))), data.draw(st.sampled_from(special)))
     assert fast.decode(ids, True) == backend.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("text", ["hi there", "word " * 400, "hi<|im_end|>there",
+                                  "<|im_end|>" + "word " * 400])
+def test_a_caller_changing_its_ids_never_changes_a_later_encode(text: str) -> None:
+    backend, codec = pair("qwen3")
+    assert codec is not None
+    expected = backend.encode(text, add_special_tokens=False).ids
+    for _ in range(3):  # the third call reads the kept long piece back
+        ids = codec.encode(text)
+        assert ids == expected
+        ids.append(-1)
+        ids[0] = -1

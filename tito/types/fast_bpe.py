@@ -310,8 +310,8 @@ def _encoder(encoding: Any, added: dict[str, int], *, nfc: bool, plain: Any = No
         if nfc:
             text = unicodedata.normalize("NFC", text)
         parts = split(text)  # [text, added, text, added, ..., text]
-        if len(parts) == 1:
-            return list(piece(text))
+        if len(parts) == 1:  # only the short pieces' table hands out kept lists
+            return list(piece(text)) if len(text) <= SHORT_PIECE else piece(text)
         ids: list[int] = []
         for i, part in enumerate(parts):
             if i & 1:
