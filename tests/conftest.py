@@ -10,6 +10,7 @@ import re
 # (tito.server.openai.models.Wire); set before tito is imported, inherited by subprocesses
 os.environ["TITO_CHECK_WIRE"] = "1"
 
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,21 @@ import pytest
 from helpers.fakes import FakeEngine
 from helpers.inproc import asgi_client
 from helpers.support import EXAMPLES_SCALE, Proc, start_gateway, start_mock, tokenizer_dir
+from helpers.tls import share_default_tls_context
 
 from tito.config import ServerConfig
 from tito.render import build_renderer
 from tito.render.base import TemplateRenderer
 from tito.render.verify import verify_renderer
 from tito.server.gateway import Gateway
+
+# Byte-code caching on for the suite and every process it starts, whatever the shell says:
+# under PYTHONDONTWRITEBYTECODE each pytest worker, and each gateway or mock a test starts,
+# compiled tito and the rewritten test modules from source again on every run (half of
+# a worker's collection time). The .pyc files go to __pycache__/ (ignored by git).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+share_default_tls_context()
 
 
 def pytest_configure(config: pytest.Config) -> None:
