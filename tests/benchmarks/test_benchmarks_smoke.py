@@ -230,3 +230,16 @@ def test_reply_cpu_tiny(tmp_path: Path) -> None:
     assert "unstreamed reply" in out
     for label in ("parse_generate_response/50", "reasoning_tokens/50", "first turn"):
         assert label in out, label
+
+
+@pytest.mark.skipif(shutil.which("mypyc") is None or shutil.which("cc") is None,
+                    reason="needs mypyc (from mypy) and a C compiler")
+def test_compiled_turn_path_tiny(tmp_path: Path) -> None:
+    out = run_benchmark("compiled_turn_path.py", "--modules", "tito/session/idbuffer.py",
+                        "--sessions", "2", "--turns", "2", "--input-tokens", "16",
+                        "--output-tokens", "16", "--repeat", "1", "--rounds", "1",
+                        "--workdir", str(tmp_path / "work"), tmp_path=tmp_path)
+    assert "compiled 1 modules with mypyc" in out
+    for label in ("compiled turn path", "tito's own work per turn in process",
+                  "gateway / pass-through proxy"):
+        assert label in out, label
